@@ -1,0 +1,81 @@
+"""Admission policies: which waiting requests enter the running batch, and when.
+
+A policy only chooses and orders; the engine enforces the caps on concurrency
+and on batched tokens, so a policy cannot overfill the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from schedrl.types import Request
+
+
+@runtime_checkable
+class AdmissionPolicy(Protocol):
+    def select(
+        self, waiting: Sequence[Request], *, free_slots: int, token_budget: int, num_running: int
+    ) -> list[int]:
+        """Indices into `waiting` to admit now, in admission order.
+
+        `free_slots` is how many more requests may run; `token_budget` is how many
+        prefill tokens fit in this step beside the running requests' decode tokens.
+        """
+
+
+def _take_in_order(order: Sequence[int], waiting: Sequence[Request], free_slots: int, budget: int) -> list[int]:
+    """Admit in `order` until a slot or the token budget runs out; never skip ahead."""
+    chosen: list[int] = []
+    for i in order:
+        cost = waiting[i].num_prefill_tokens
+        if len(chosen) == free_slots or cost > budget:
+            break
+        chosen.append(i)
+        budget -= cost
+    return chosen
+
+
+class FCFS:
+    """First come, first served: the default of every peer engine."""
+
+    def select(
+        self, waiting: Sequence[Request], *, free_slots: int, token_budget: int, num_running: int
+    ) -> list[int]:
+        return _take_in_order(range(len(waiting)), waiting, free_slots, token_budget)
+
+
+class Priority:
+    """Highest `Request.priority` first; ties keep arrival order."""
+
+    def select(
+        self, waiting: Sequence[Request], *, free_slots: int, token_budget: int, num_running: int
+    ) -> list[int]:
+        order = sorted(range(len(waiting)), key=lambda i: -waiting[i].priority)
+        return _take_in_order(order, waiting, free_slots, token_budget)
+
+
+class StaticBatch:
+    """Static batching: admit a new batch only once the previous one has fully finished.
+
+    This is what `transformers.generate` does; it is here as a baseline.
+    """
+
+    def select(
+        self, waiting: Sequence[Request], *, free_slots: int, token_budget: int, num_running: int
+    ) -> list[int]:
+        if num_running:
+            return []
+        return _take_in_order(range(len(waiting)), waiting, free_slots, token_budget)
+
+
+ADMISSION_POLICIES = {"fcfs": FCFS, "priority": Priority, "static": StaticBatch}
+
+
+def make_admission(name: str) -> AdmissionPolicy:
+    try:
+        return ADMISSION_POLICIES[name]()
+    except KeyError:
+        raise ValueError(
+            f"unknown admission policy {name!r}; valid: {', '.join(sorted(ADMISSION_POLICIES))}"
+        ) from None

@@ -1,0 +1,77 @@
+"""Packed attention over a slot KV cache, plugged into HF models through `AttentionInterface`.
+
+One engine step runs one forward over a packed sequence (1, N) holding every
+running request's new tokens: one token per decoding request, the whole prompt
+(plus any resumed prefix) of a newly admitted one. Each request owns a slot in a
+preallocated cache of shape (slots, kv_heads, max_len, head_dim) per layer.
+This function writes the step's keys and values into the slots, then attends in
+two groups: single-token rows against their slots' cached keys in one batched
+call, and multi-token (prefill) rows with a causal mask. No HF `Cache` object is
+involved, so any HF decoder whose attention goes through `ALL_ATTENTION_FUNCTIONS`
+(Llama, Qwen2, Mistral, ...) runs unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+
+ATTN_NAME = "schedrl_packed"
+LAYOUT_KWARG = "schedrl_layout"
+
+
+@dataclass
+class StepLayout:
+    """Where each packed token of one step lives, and which keys each query may see."""
+
+    cache: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: K, V of shape (S, Hkv, T, D)
+    slot_idx: torch.Tensor  # (N,) slot of each packed token
+    pos_idx: torch.Tensor  # (N,) position of each packed token in its sequence
+    dec_tok: torch.Tensor | None = None  # (Bd,) packed index of each single-token row
+    dec_slot: torch.Tensor | None = None  # (Bd,) its slot
+    dec_mask: torch.Tensor | None = None  # (Bd or S, 1, 1, Ld) keys each row may see
+    dec_full: bool = False  # attend over all S slots (a view) instead of gathering Bd of them
+    pre_tok: torch.Tensor | None = None  # (Bp, Lq) packed indices of multi-token rows, padded
+    pre_valid: torch.Tensor | None = None  # (Bp, Lq) which of those are real tokens
+    pre_slot: torch.Tensor | None = None  # (Bp,)
+    pre_mask: torch.Tensor | None = None  # (Bp, 1, Lq, Lk) causal mask over the slot's keys
+
+
+def packed_attention(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
+    """query: (1, H, N, D); key, value: (1, Hkv, N, D). Returns ((1, N, H, D), None)."""
+    layout: StepLayout = kwargs[LAYOUT_KWARG]
+    kc, vc = layout.cache[module.layer_idx]
+    kc[layout.slot_idx, :, layout.pos_idx] = key[0].transpose(0, 1).to(kc.dtype)
+    vc[layout.slot_idx, :, layout.pos_idx] = value[0].transpose(0, 1).to(vc.dtype)
+    q = query[0].transpose(0, 1)  # (N, H, D)
+    out = torch.empty_like(q)
+    gqa = getattr(module, "num_key_value_groups", 1) > 1
+    if layout.dec_tok is not None:
+        length = layout.dec_mask.shape[-1]
+        if layout.dec_full:  # every slot attends; rows of idle slots are computed and dropped
+            qs = q.new_zeros(kc.shape[0], q.shape[1], 1, q.shape[2])
+            qs[layout.dec_slot, :, 0] = q[layout.dec_tok]
+            o = F.scaled_dot_product_attention(
+                qs, kc[:, :, :length], vc[:, :, :length], attn_mask=layout.dec_mask, scale=scaling, enable_gqa=gqa
+            )
+            out[layout.dec_tok] = o[layout.dec_slot, :, 0]
+        else:
+            qs = q[layout.dec_tok].unsqueeze(2)  # (Bd, H, 1, D)
+            ks, vs = kc[layout.dec_slot, :, :length], vc[layout.dec_slot, :, :length]
+            o = F.scaled_dot_product_attention(
+                qs, ks, vs, attn_mask=layout.dec_mask, scale=scaling, enable_gqa=gqa
+            )
+            out[layout.dec_tok] = o[:, :, 0]
+    if layout.pre_tok is not None:
+        length = layout.pre_mask.shape[-1]
+        qp = q[layout.pre_tok].transpose(1, 2)  # (Bp, H, Lq, D)
+        kp, vp = kc[layout.pre_slot, :, :length], vc[layout.pre_slot, :, :length]
+        o = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=layout.pre_mask, scale=scaling, enable_gqa=gqa)
+        out[layout.pre_tok[layout.pre_valid]] = o.transpose(1, 2)[layout.pre_valid]
+    return out.unsqueeze(0), None
+
+
+AttentionInterface.register(ATTN_NAME, packed_attention)

@@ -1,0 +1,46 @@
+"""The `Engine` protocol: what schedulers may ask of a generation engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from schedrl.types import Request, Sample
+
+TokenCallback = Callable[[str, int, float, int], None]  # (request_id, token_id, logprob, version)
+FinishCallback = Callable[[Sample], None]
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A generation engine that schedulers steer one decode step at a time.
+
+    Requests join and leave the running batch between steps; `abort` cuts a
+    request and returns what it generated so far; `Request.resume(sample)`
+    continues it. `update_weights` may be called between any two steps: running
+    sequences keep their cache and their next tokens carry the new version.
+    """
+
+    version: int
+
+    def add(self, request: Request) -> None:
+        """Queue a request; the admission policy decides when it enters the batch."""
+
+    def step(self) -> list[Sample]:
+        """Admit, run one forward over the batch, sample one token per running request.
+
+        Returns the requests that finished in this step.
+        """
+
+    def abort(self, request_id: str) -> Sample:
+        """Remove a waiting or running request and return its partial sample."""
+
+    def update_weights(
+        self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], version: int
+    ) -> None:
+        """Load new weights; tokens sampled from now on are tagged `version`."""
+
+    def has_unfinished(self) -> bool:
+        """Whether any request is waiting or running."""

@@ -1,0 +1,330 @@
+"""The built-in continuous-batching engine over any HF causal LM (CPU, or CUDA when present).
+
+Each `step()` admits waiting requests (the admission policy picks, the engine
+enforces the caps), runs ONE forward over a packed sequence holding every running
+request's new tokens (batched prefill for new requests, one token for the rest),
+and samples one token per request. Requests leave the batch the step they
+finish, and their slot is reused by the next admission.
+
+Why not `transformers`' own continuous batching (`generate_batch`,
+`ContinuousBatchingManager`): it runs its loop in a background thread and owns
+its scheduler, and it has no policy-version tag per token, no weight swap with
+versioning between steps, no per-request seed, and no resume of a cut request
+with its behaviour log-probs. Schedulers here need to steer the engine one step
+at a time, so the loop is ours; the model, its attention kernels (SDPA) and its
+tokenizer stay HF's.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from schedrl.engine.admission import AdmissionPolicy, make_admission
+from schedrl.engine.attention import ATTN_NAME, LAYOUT_KWARG, StepLayout
+from schedrl.engine.base import FinishCallback, TokenCallback
+from schedrl.engine.sampling import sample_tokens
+from schedrl.types import FinishReason, Request, Sample, Timings
+
+
+@dataclass
+class EngineConfig:
+    """Capacity of the built-in engine."""
+
+    max_concurrency: int = 32  # requests in the running batch (cache slots)
+    max_batched_tokens: int = 2048  # tokens in one forward: decode tokens plus prefill tokens
+    max_model_len: int | None = None  # tokens per sequence (prompt + output); default: the model's context
+    admission: str = "fcfs"  # admission policy name when no policy object is given
+    seed: int = 0  # seeds requests that carry no seed of their own
+
+    def __post_init__(self) -> None:
+        for name in ("max_concurrency", "max_batched_tokens"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"EngineConfig.{name} must be > 0, got {getattr(self, name)}")
+        if self.max_model_len is not None and self.max_model_len <= 1:
+            raise ValueError(f"EngineConfig.max_model_len must be > 1, got {self.max_model_len}")
+
+
+@dataclass
+class _Seq:
+    """Mutable state of one running request."""
+
+    request: Request
+    slot: int
+    tokens: list[int]
+    logprobs: list[float]
+    versions: list[int]
+    timings: Timings
+    n_cached: int = 0  # tokens of prompt + output whose keys/values are in the slot
+    ids: list[int] = field(default_factory=list)  # prompt + output
+
+    def pending(self) -> list[int]:
+        return self.ids[self.n_cached :]
+
+
+def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    ids = {tokenizer.eos_token_id}
+    gen_eos = getattr(model.generation_config, "eos_token_id", None)
+    ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
+    return frozenset(i for i in ids if i is not None)
+
+
+class HFEngine:
+    """Continuous batching, per-token log-probs and versions, abort/resume, in-flight weight swaps."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        config: EngineConfig | None = None,
+        admission: AdmissionPolicy | None = None,
+        on_token: TokenCallback | None = None,
+        on_finish: FinishCallback | None = None,
+        version: int = 0,
+    ) -> None:
+        self.config = config or EngineConfig()
+        self.tokenizer = tokenizer
+        # The engine owns a copy: its attention is swapped for the packed kernel.
+        self.model = copy.deepcopy(model).eval()
+        self.model.set_attn_implementation(ATTN_NAME)
+        self.device = next(self.model.parameters()).device
+        self.admission = admission or make_admission(self.config.admission)
+        self.on_token, self.on_finish = on_token, on_finish
+        self.version = version
+        self.eos_ids = _eos_ids(self.model, tokenizer)
+        mc = self.model.config
+        context = getattr(mc, "max_position_embeddings", None) or 2048
+        self.max_model_len = min(self.config.max_model_len or context, context)
+        self._alloc_cache(mc)
+        self._generator = torch.Generator().manual_seed(self.config.seed)
+        self._waiting: list[Request] = []
+        self._arrival: dict[str, float] = {}
+        self._running: dict[str, _Seq] = {}
+        self._free_slots = list(range(self.config.max_concurrency - 1, -1, -1))
+        self.num_steps = 0
+        self.num_generated = 0
+
+    def _alloc_cache(self, mc) -> None:
+        heads = mc.num_attention_heads
+        kv_heads = getattr(mc, "num_key_value_heads", None) or heads
+        head_dim = getattr(mc, "head_dim", None) or mc.hidden_size // heads
+        dtype = next(self.model.parameters()).dtype
+        shape = (self.config.max_concurrency, kv_heads, self.max_model_len, head_dim)
+        with torch.inference_mode():
+            self._cache = [
+                (torch.zeros(shape, dtype=dtype, device=self.device), torch.zeros(shape, dtype=dtype, device=self.device))
+                for _ in range(mc.num_hidden_layers)
+            ]
+
+    # ---- requests in and out -------------------------------------------------------------
+    def add(self, request: Request) -> None:
+        if request.id in self._arrival:
+            raise ValueError(f"request id {request.id!r} is already in the engine")
+        n = request.num_prefill_tokens
+        if n >= self.max_model_len:
+            raise ValueError(
+                f"request {request.id!r}: prompt of {n} tokens does not fit the model context of "
+                f"{self.max_model_len} tokens (max_model_len)"
+            )
+        if n > self.config.max_batched_tokens:
+            raise ValueError(
+                f"request {request.id!r}: prompt of {n} tokens exceeds max_batched_tokens="
+                f"{self.config.max_batched_tokens}"
+            )
+        self._waiting.append(request)
+        self._arrival[request.id] = time.perf_counter()
+
+    def abort(self, request_id: str) -> Sample:
+        for i, req in enumerate(self._waiting):
+            if req.id == request_id:
+                del self._waiting[i]
+                timings = Timings(arrival=self._arrival.pop(request_id))
+                return self._sample(req, list(req.prefix_ids), list(req.prefix_logprobs),
+                                    list(req.prefix_versions), "aborted", timings)
+        seq = self._running.get(request_id)
+        if seq is None:
+            raise KeyError(f"request {request_id!r} is neither waiting nor running")
+        return self._finish(seq, "aborted")
+
+    def has_unfinished(self) -> bool:
+        return bool(self._waiting or self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    def update_weights(
+        self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], version: int
+    ) -> None:
+        """Copy new weights in place; cached keys/values of running requests are kept."""
+        state = self.model.state_dict()
+        items = weights.items() if isinstance(weights, Mapping) else weights
+        with torch.no_grad():
+            for name, tensor in items:
+                if name not in state:
+                    raise ValueError(f"update_weights: unknown parameter {name!r} for this model")
+                state[name].copy_(tensor)
+        self.version = version
+
+    # ---- one step --------------------------------------------------------------------------
+    def _admit(self) -> None:
+        if not self._waiting or not self._free_slots:
+            return
+        budget = self.config.max_batched_tokens - len(self._running)
+        chosen = self.admission.select(
+            self._waiting, free_slots=len(self._free_slots), token_budget=budget, num_running=len(self._running)
+        )
+        now = time.perf_counter()
+        taken = set()
+        for i in chosen:
+            req = self._waiting[i]
+            cost = req.num_prefill_tokens
+            if not self._free_slots or i in taken or (cost > budget and self._running):
+                break
+            budget -= cost
+            taken.add(i)
+            seq = _Seq(req, self._free_slots.pop(), list(req.prefix_ids), list(req.prefix_logprobs),
+                       list(req.prefix_versions), Timings(arrival=self._arrival[req.id], admitted=now))
+            seq.ids = list(req.prompt_ids) + seq.tokens
+            self._running[req.id] = seq
+        self._waiting = [r for i, r in enumerate(self._waiting) if i not in taken]
+
+    def _layout(self, seqs: Sequence[_Seq]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, StepLayout]:
+        ids, pos, slots, last = [], [], [], []
+        dec_tok, dec_slot, dec_pos, pre_rows = [], [], [], []
+        for seq in seqs:
+            new = seq.pending()
+            start = len(ids)
+            ids.extend(new)
+            pos.extend(range(seq.n_cached, seq.n_cached + len(new)))
+            slots.extend([seq.slot] * len(new))
+            last.append(len(ids) - 1)
+            if len(new) == 1:
+                dec_tok.append(start)
+                dec_slot.append(seq.slot)
+                dec_pos.append(seq.n_cached)
+            else:
+                pre_rows.append((start, len(new), seq.slot, seq.n_cached))
+        dev = self.device
+        layout = StepLayout(self._cache, torch.tensor(slots, device=dev), torch.tensor(pos, device=dev))
+        if dec_tok:
+            n_slots = self.config.max_concurrency
+            length = max(dec_pos) + 1
+            keys = torch.arange(length, device=dev)
+            layout.dec_tok = torch.tensor(dec_tok, device=dev)
+            layout.dec_slot = torch.tensor(dec_slot, device=dev)
+            layout.dec_full = 2 * len(dec_tok) >= n_slots
+            if layout.dec_full:
+                row_pos = torch.zeros(n_slots, dtype=torch.long, device=dev)
+                row_pos[layout.dec_slot] = torch.tensor(dec_pos, device=dev)
+            else:
+                row_pos = torch.tensor(dec_pos, device=dev)
+            layout.dec_mask = (keys[None, :] <= row_pos[:, None])[:, None, None, :]
+        if pre_rows:
+            lq = max(n for _, n, _, _ in pre_rows)
+            lk = max(p + n for _, n, _, p in pre_rows)
+            offs = torch.arange(lq, device=dev)
+            starts = torch.tensor([s for s, _, _, _ in pre_rows], device=dev)
+            counts = torch.tensor([n for _, n, _, _ in pre_rows], device=dev)
+            first = torch.tensor([p for _, _, _, p in pre_rows], device=dev)
+            layout.pre_valid = offs[None, :] < counts[:, None]
+            layout.pre_tok = torch.where(layout.pre_valid, starts[:, None] + offs[None, :], starts[:, None])
+            layout.pre_slot = torch.tensor([s for _, _, s, _ in pre_rows], device=dev)
+            qpos = first[:, None] + offs[None, :]  # (Bp, Lq) position of each query
+            mask = torch.arange(lk, device=dev)[None, None, :] <= qpos[:, :, None]
+            layout.pre_mask = mask[:, None]
+        as_t = lambda x: torch.tensor(x, device=dev)[None]  # noqa: E731
+        return as_t(ids), as_t(pos), torch.tensor(last, device=dev), layout
+
+    def step(self) -> list[Sample]:
+        self._admit()
+        if not self._running:
+            return []
+        self.num_steps += 1
+        seqs = list(self._running.values())
+        ids, pos, last, layout = self._layout(seqs)
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=last, **{LAYOUT_KWARG: layout}
+            )
+        logits = out.logits[0]  # (R, V)
+        tokens, logprobs = sample_tokens(
+            logits, [s.request.params for s in seqs], [len(s.tokens) for s in seqs], self._generator
+        )
+        now = time.perf_counter()
+        finished = []
+        for seq, tok, lp in zip(seqs, tokens.tolist(), logprobs.tolist(), strict=True):
+            seq.n_cached = len(seq.ids)
+            seq.ids.append(tok)
+            seq.tokens.append(tok)
+            seq.logprobs.append(lp)
+            seq.versions.append(self.version)
+            if seq.timings.first_token is None:
+                seq.timings.first_token = now
+            self.num_generated += 1
+            if self.on_token is not None:
+                self.on_token(seq.request.id, tok, lp, self.version)
+            reason = self._stop_reason(seq, tok)
+            if reason is not None:
+                finished.append(self._finish(seq, reason))
+        return finished
+
+    def _stop_reason(self, seq: _Seq, tok: int) -> FinishReason | None:
+        params = seq.request.params
+        if (tok in self.eos_ids and not params.ignore_eos) or tok in params.stop_token_ids:
+            return "stop"
+        if params.stop_strings:
+            width = max(len(s) for s in params.stop_strings)
+            tail = self.tokenizer.decode(seq.tokens[-width:], skip_special_tokens=True)
+            if any(s in tail for s in params.stop_strings):
+                return "stop"
+        if len(seq.tokens) >= params.max_new_tokens or len(seq.ids) >= self.max_model_len:
+            return "length"
+        return None
+
+    def _finish(self, seq: _Seq, reason: FinishReason) -> Sample:
+        del self._running[seq.request.id]
+        self._free_slots.append(seq.slot)
+        seq.timings.finished = time.perf_counter()
+        return self._sample(seq.request, seq.tokens, seq.logprobs, seq.versions, reason, seq.timings)
+
+    def _sample(self, req, tokens, logprobs, versions, reason, timings) -> Sample:
+        self._arrival.pop(req.id, None)
+        sample = Sample(
+            request_id=req.id,
+            prompt_ids=req.prompt_ids,
+            token_ids=tuple(tokens),
+            logprobs=tuple(logprobs),
+            versions=tuple(versions),
+            finish_reason=reason,
+            params=req.params,
+            text=self.tokenizer.decode(tokens, skip_special_tokens=True),
+            timings=timings,
+            task_id=req.task_id,
+            sample_index=req.sample_index,
+        )
+        if self.on_finish is not None and reason != "aborted":
+            self.on_finish(sample)
+        return sample
+
+    # ---- convenience -----------------------------------------------------------------------
+    def generate(self, requests: Sequence[Request], on_step: Callable[[list[Sample]], None] | None = None) -> list[Sample]:
+        """Run `requests` to completion; samples come back in request order."""
+        for req in requests:
+            self.add(req)
+        done: dict[str, Sample] = {}
+        while self.has_unfinished():
+            finished = self.step()
+            done.update((s.request_id, s) for s in finished)
+            if on_step is not None:
+                on_step(finished)
+        return [done[r.id] for r in requests]

@@ -1,0 +1,15 @@
+"""HF causal LMs from local directories, and the offline tiny-model factory."""
+
+from schedrl.models.loading import default_device, load_model, load_model_and_tokenizer, load_tokenizer
+from schedrl.models.tiny import TinyModelConfig, build_char_tokenizer, build_tiny_model, save_tiny_model
+
+__all__ = [
+    "TinyModelConfig",
+    "build_char_tokenizer",
+    "build_tiny_model",
+    "default_device",
+    "load_model",
+    "load_model_and_tokenizer",
+    "load_tokenizer",
+    "save_tiny_model",
+]

@@ -1,0 +1,88 @@
+"""Offline tiny models: a character-level tokenizer and a small Llama, built locally.
+
+The demo and the tests need a real HF causal LM without a network. The tokenizer
+is built with the `tokenizers` library (one token per printable ASCII character)
+and wrapped as a `PreTrainedTokenizerFast`; the model is a `LlamaForCausalLM`.
+A Llama config is used on purpose: with a Qwen2 config `AutoTokenizer` swaps in
+Qwen's pre-tokenizer, which silently drops characters it does not know.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, pre_tokenizers
+from tokenizers import models as tok_models
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
+ALPHABET = tuple(chr(c) for c in range(32, 127)) + ("\n",)
+
+
+@dataclass(frozen=True)
+class TinyModelConfig:
+    """Shape of the tiny Llama; the defaults give about 0.45M parameters."""
+
+    hidden_size: int = 128  # width of the residual stream
+    num_layers: int = 2  # decoder blocks
+    num_heads: int = 4  # attention heads (also key/value heads)
+    intermediate_size: int = 384  # MLP width
+    max_position_embeddings: int = 512  # context length in tokens
+    initializer_range: float = 0.02  # std of the weight init
+    seed: int = 0  # torch seed for the weight init
+
+
+def build_char_tokenizer() -> PreTrainedTokenizerFast:
+    """A character-level tokenizer over printable ASCII and newline; left padding."""
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + ALPHABET)}
+    backend = Tokenizer(tok_models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        padding_side="left",
+        model_max_length=TinyModelConfig.max_position_embeddings,
+    )
+
+
+def build_tiny_model(
+    tokenizer: PreTrainedTokenizerFast, cfg: TinyModelConfig | None = None
+) -> LlamaForCausalLM:
+    """A randomly initialised small Llama whose vocabulary matches `tokenizer`."""
+    cfg = cfg or TinyModelConfig()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        max_position_embeddings=cfg.max_position_embeddings,
+        initializer_range=cfg.initializer_range,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(cfg.seed)
+        model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model.eval()
+
+
+def save_tiny_model(path: str | Path, cfg: TinyModelConfig | None = None) -> Path:
+    """Build the tiny tokenizer and model and write both to `path` with `save_pretrained`."""
+    path = Path(path)
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, cfg)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
