@@ -1,6 +1,13 @@
 """Generation engines: the `Engine` protocol and the built-in continuous-batching engine."""
 
-from schedrl.engine.admission import ADMISSION_POLICIES, FCFS, AdmissionPolicy, Priority, StaticBatch, make_admission
+from schedrl.engine.admission import (
+    ADMISSION_POLICIES,
+    FCFS,
+    AdmissionPolicy,
+    Priority,
+    StaticBatch,
+    make_admission,
+)
 from schedrl.engine.base import Engine
 from schedrl.engine.hf import EngineConfig, HFEngine
 

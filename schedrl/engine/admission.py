@@ -24,7 +24,9 @@ class AdmissionPolicy(Protocol):
         """
 
 
-def _take_in_order(order: Sequence[int], waiting: Sequence[Request], free_slots: int, budget: int) -> list[int]:
+def _take_in_order(
+    order: Sequence[int], waiting: Sequence[Request], free_slots: int, budget: int
+) -> list[int]:
     """Admit in `order` until a slot or the token budget runs out; never skip ahead."""
     chosen: list[int] = []
     for i in order:

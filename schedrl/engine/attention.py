@@ -55,7 +55,12 @@ def packed_attention(module, query, key, value, attention_mask=None, scaling=Non
             qs = q.new_zeros(kc.shape[0], q.shape[1], 1, q.shape[2])
             qs[layout.dec_slot, :, 0] = q[layout.dec_tok]
             o = F.scaled_dot_product_attention(
-                qs, kc[:, :, :length], vc[:, :, :length], attn_mask=layout.dec_mask, scale=scaling, enable_gqa=gqa
+                qs,
+                kc[:, :, :length],
+                vc[:, :, :length],
+                attn_mask=layout.dec_mask,
+                scale=scaling,
+                enable_gqa=gqa,
             )
             out[layout.dec_tok] = o[layout.dec_slot, :, 0]
         else:
@@ -69,7 +74,9 @@ def packed_attention(module, query, key, value, attention_mask=None, scaling=Non
         length = layout.pre_mask.shape[-1]
         qp = q[layout.pre_tok].transpose(1, 2)  # (Bp, H, Lq, D)
         kp, vp = kc[layout.pre_slot, :, :length], vc[layout.pre_slot, :, :length]
-        o = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=layout.pre_mask, scale=scaling, enable_gqa=gqa)
+        o = F.scaled_dot_product_attention(
+            qp, kp, vp, attn_mask=layout.pre_mask, scale=scaling, enable_gqa=gqa
+        )
         out[layout.pre_tok[layout.pre_valid]] = o.transpose(1, 2)[layout.pre_valid]
     return out.unsqueeze(0), None
 

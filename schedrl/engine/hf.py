@@ -117,7 +117,10 @@ class HFEngine:
         shape = (self.config.max_concurrency, kv_heads, self.max_model_len, head_dim)
         with torch.inference_mode():
             self._cache = [
-                (torch.zeros(shape, dtype=dtype, device=self.device), torch.zeros(shape, dtype=dtype, device=self.device))
+                (
+                    torch.zeros(shape, dtype=dtype, device=self.device),
+                    torch.zeros(shape, dtype=dtype, device=self.device),
+                )
                 for _ in range(mc.num_hidden_layers)
             ]
 
@@ -144,8 +147,14 @@ class HFEngine:
             if req.id == request_id:
                 del self._waiting[i]
                 timings = Timings(arrival=self._arrival.pop(request_id))
-                return self._sample(req, list(req.prefix_ids), list(req.prefix_logprobs),
-                                    list(req.prefix_versions), "aborted", timings)
+                return self._sample(
+                    req,
+                    list(req.prefix_ids),
+                    list(req.prefix_logprobs),
+                    list(req.prefix_versions),
+                    "aborted",
+                    timings,
+                )
         seq = self._running.get(request_id)
         if seq is None:
             raise KeyError(f"request {request_id!r} is neither waiting nor running")
@@ -153,6 +162,14 @@ class HFEngine:
 
     def has_unfinished(self) -> bool:
         return bool(self._waiting or self._running)
+
+    @property
+    def waiting_ids(self) -> list[str]:
+        return [r.id for r in self._waiting]
+
+    @property
+    def running_ids(self) -> list[str]:
+        return list(self._running)
 
     @property
     def num_waiting(self) -> int:
@@ -181,7 +198,10 @@ class HFEngine:
             return
         budget = self.config.max_batched_tokens - len(self._running)
         chosen = self.admission.select(
-            self._waiting, free_slots=len(self._free_slots), token_budget=budget, num_running=len(self._running)
+            self._waiting,
+            free_slots=len(self._free_slots),
+            token_budget=budget,
+            num_running=len(self._running),
         )
         now = time.perf_counter()
         taken = set()
@@ -192,8 +212,14 @@ class HFEngine:
                 break
             budget -= cost
             taken.add(i)
-            seq = _Seq(req, self._free_slots.pop(), list(req.prefix_ids), list(req.prefix_logprobs),
-                       list(req.prefix_versions), Timings(arrival=self._arrival[req.id], admitted=now))
+            seq = _Seq(
+                req,
+                self._free_slots.pop(),
+                list(req.prefix_ids),
+                list(req.prefix_logprobs),
+                list(req.prefix_versions),
+                Timings(arrival=self._arrival[req.id], admitted=now),
+            )
             seq.ids = list(req.prompt_ids) + seq.tokens
             self._running[req.id] = seq
         self._waiting = [r for i, r in enumerate(self._waiting) if i not in taken]
@@ -254,7 +280,11 @@ class HFEngine:
         ids, pos, last, layout = self._layout(seqs)
         with torch.inference_mode():
             out = self.model(
-                input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=last, **{LAYOUT_KWARG: layout}
+                input_ids=ids,
+                position_ids=pos,
+                use_cache=False,
+                logits_to_keep=last,
+                **{LAYOUT_KWARG: layout},
             )
         logits = out.logits[0]  # (R, V)
         tokens, logprobs = sample_tokens(
@@ -283,7 +313,8 @@ class HFEngine:
         if (tok in self.eos_ids and not params.ignore_eos) or tok in params.stop_token_ids:
             return "stop"
         if params.stop_strings:
-            width = max(len(s) for s in params.stop_strings)
+            # Every token decodes to >= 1 character, except specials (0): the margin covers a few.
+            width = max(len(s) for s in params.stop_strings) + 8
             tail = self.tokenizer.decode(seq.tokens[-width:], skip_special_tokens=True)
             if any(s in tail for s in params.stop_strings):
                 return "stop"
@@ -317,7 +348,9 @@ class HFEngine:
         return sample
 
     # ---- convenience -----------------------------------------------------------------------
-    def generate(self, requests: Sequence[Request], on_step: Callable[[list[Sample]], None] | None = None) -> list[Sample]:
+    def generate(
+        self, requests: Sequence[Request], on_step: Callable[[list[Sample]], None] | None = None
+    ) -> list[Sample]:
         """Run `requests` to completion; samples come back in request order."""
         for req in requests:
             self.add(req)
