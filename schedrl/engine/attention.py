@@ -32,12 +32,15 @@ class StepLayout:
     pos_idx: torch.Tensor  # (N,) position of each packed token in its sequence
     dec_tok: torch.Tensor | None = None  # (Bd,) packed index of each single-token row
     dec_slot: torch.Tensor | None = None  # (Bd,) its slot
-    dec_mask: torch.Tensor | None = None  # (Bd or S, 1, 1, Ld) keys each row may see
+    dec_mask: torch.Tensor | None = (
+        None  # (Bd or S, 1, 1, Ld) additive mask: 0 where a row may look, -inf not
+    )
     dec_full: bool = False  # attend over all S slots (a view) instead of gathering Bd of them
     pre_tok: torch.Tensor | None = None  # (Bp, Lq) packed indices of multi-token rows, padded
     pre_valid: torch.Tensor | None = None  # (Bp, Lq) which of those are real tokens
     pre_slot: torch.Tensor | None = None  # (Bp,)
-    pre_mask: torch.Tensor | None = None  # (Bp, 1, Lq, Lk) causal mask over the slot's keys
+    pre_mask: torch.Tensor | None = None  # (Bp, 1, Lq, Lk) additive causal mask over the slot's keys
+    pre_fresh: bool = False  # every multi-token row starts at position 0 (Lk == Lq)
 
 
 def packed_attention(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
@@ -71,9 +74,12 @@ def packed_attention(module, query, key, value, attention_mask=None, scaling=Non
             )
             out[layout.dec_tok] = o[:, :, 0]
     if layout.pre_tok is not None:
-        length = layout.pre_mask.shape[-1]
         qp = q[layout.pre_tok].transpose(1, 2)  # (Bp, H, Lq, D)
-        kp, vp = kc[layout.pre_slot, :, :length], vc[layout.pre_slot, :, :length]
+        if layout.pre_fresh:  # rows start at position 0: their keys are this step's keys
+            kp, vp = key[0][:, layout.pre_tok].transpose(0, 1), value[0][:, layout.pre_tok].transpose(0, 1)
+        else:
+            length = layout.pre_mask.shape[-1]
+            kp, vp = kc[layout.pre_slot, :, :length], vc[layout.pre_slot, :, :length]
         o = F.scaled_dot_product_attention(
             qp, kp, vp, attn_mask=layout.pre_mask, scale=scaling, enable_gqa=gqa
         )

@@ -67,6 +67,13 @@ class _Seq:
         return self.ids[self.n_cached :]
 
 
+def _additive(allowed: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Boolean keep-mask -> additive mask (0 keep, -inf drop), built once per step for every layer."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(
+        ~allowed, float("-inf")
+    )
+
+
 def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
     ids = {tokenizer.eos_token_id}
     gen_eos = getattr(model.generation_config, "eos_token_id", None)
@@ -222,7 +229,10 @@ class HFEngine:
             )
             seq.ids = list(req.prompt_ids) + seq.tokens
             self._running[req.id] = seq
-        self._waiting = [r for i, r in enumerate(self._waiting) if i not in taken]
+        if taken == set(range(len(taken))):  # the usual case: a prefix of the queue
+            del self._waiting[: len(taken)]
+        else:
+            self._waiting = [r for i, r in enumerate(self._waiting) if i not in taken]
 
     def _layout(self, seqs: Sequence[_Seq]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, StepLayout]:
         ids, pos, slots, last = [], [], [], []
@@ -242,6 +252,7 @@ class HFEngine:
                 pre_rows.append((start, len(new), seq.slot, seq.n_cached))
         dev = self.device
         layout = StepLayout(self._cache, torch.tensor(slots, device=dev), torch.tensor(pos, device=dev))
+        mask_dtype = self._cache[0][0].dtype
         if dec_tok:
             n_slots = self.config.max_concurrency
             length = max(dec_pos) + 1
@@ -254,7 +265,7 @@ class HFEngine:
                 row_pos[layout.dec_slot] = torch.tensor(dec_pos, device=dev)
             else:
                 row_pos = torch.tensor(dec_pos, device=dev)
-            layout.dec_mask = (keys[None, :] <= row_pos[:, None])[:, None, None, :]
+            layout.dec_mask = _additive(keys[None, :] <= row_pos[:, None], mask_dtype)[:, None, None, :]
         if pre_rows:
             lq = max(n for _, n, _, _ in pre_rows)
             lk = max(p + n for _, n, _, p in pre_rows)
@@ -267,7 +278,8 @@ class HFEngine:
             layout.pre_slot = torch.tensor([s for _, _, s, _ in pre_rows], device=dev)
             qpos = first[:, None] + offs[None, :]  # (Bp, Lq) position of each query
             mask = torch.arange(lk, device=dev)[None, None, :] <= qpos[:, :, None]
-            layout.pre_mask = mask[:, None]
+            layout.pre_mask = _additive(mask, mask_dtype)[:, None]
+            layout.pre_fresh = lk == lq and all(p == 0 for _, _, _, p in pre_rows)
         as_t = lambda x: torch.tensor(x, device=dev)[None]  # noqa: E731
         return as_t(ids), as_t(pos), torch.tensor(last, device=dev), layout
 

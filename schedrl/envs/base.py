@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -101,7 +102,7 @@ def check_order(task: str, lo_name: str, lo: int, hi_name: str, hi: int) -> None
         raise ValueError(f"task '{task}': {lo_name} ({lo}) must be <= {hi_name} ({hi})")
 
 
-class GeneratedTasks:
+class GeneratedTasks(ABC):
     """Base for procedurally generated tasks: subclasses define ``candidate`` and ``reward``.
 
     ``sample`` draws candidates from ``random.Random(seed)`` and rejects those whose prompt
@@ -112,12 +113,13 @@ class GeneratedTasks:
     max_tries: int = 10_000
     """Candidates tried per task before giving up (only hit when the problem space is tiny)."""
 
+    @abstractmethod
     def candidate(self, rng: random.Random) -> Task | None:
         """Build one random problem, or ``None`` to reject it (e.g. a non-integer target)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def reward(self, task: Task, completion: str) -> float:
-        raise NotImplementedError
+        """Score a completion of ``task``."""
 
     def solution(self, task: Task) -> str:
         return task.answer

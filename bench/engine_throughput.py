@@ -1,0 +1,148 @@
+"""Engine throughput on the `longtail` mix: static `generate` vs continuous batching vs the ceiling.
+
+Compares, in one process and alternating the systems each round:
+  (a) `transformers` `generate`, static batches of B requests in arrival order;
+  (b) the schedrl engine, continuous batching at concurrency B (FCFS);
+  (c) the engine's saturated ceiling: batches of B requests that all generate the same fixed
+      number of tokens, N = the mix's mean output length, on the same prompts. The batch is
+      full from first to last token and the work per request (prompt, mean output) is the
+      same as in (b), so (b)/(c) is what length variance and joining/leaving cost.
+Also reported: (s) the schedrl engine with static-batch admission, which separates the gain
+of the scheduling (b vs s) from the gain of the engine itself (s vs a); and (d) a decode-heavy
+ceiling with N = --decode-tokens, whose per-token cost carries almost no prefill.
+
+The tiny model is untrained, so the length of each output is fixed to the length of the
+task's correct answer (plus eos): every system generates exactly the same tokens per
+request, and only how the batch is scheduled differs.
+
+    python bench/engine_throughput.py            # defaults: 2048 requests, B=32, 5 rounds, 1 thread
+
+The last line printed is one JSON object with `cb_vs_static` and `cb_vs_ceiling`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import resource
+import statistics
+import time
+
+import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
+
+from schedrl.engine import EngineConfig, HFEngine, StaticBatch
+from schedrl.envs import make_task
+from schedrl.models import build_char_tokenizer, build_tiny_model
+from schedrl.types import Request, SamplingParams
+
+
+class _RowLengths(StoppingCriteria):
+    """Stop row i of a static batch after targets[i] new tokens."""
+
+    def __init__(self, start: int, targets: list[int]) -> None:
+        self.start, self.targets = start, torch.tensor(targets)
+
+    def __call__(self, input_ids, scores, **kwargs):
+        return (input_ids.shape[1] - self.start) >= self.targets
+
+
+def workload(tokenizer, n: int, seed: int) -> list[tuple[list[int], int]]:
+    """(prompt ids, output length) per request: output length = answer length + eos."""
+    task = make_task("longtail")
+    tasks = task.sample("train", n, seed)
+    return [(tokenizer(t.prompt).input_ids, len(tokenizer(task.solution(t)).input_ids) + 1) for t in tasks]
+
+
+def run_hf_static(model, tokenizer, work, batch: int) -> tuple[int, float]:
+    gen_config = copy.deepcopy(model.generation_config)
+    gen_config.eos_token_id = None  # lengths are fixed by the stopping criterion
+    gen_config.do_sample, gen_config.temperature, gen_config.top_k = True, 1.0, 0
+    tokens, start = 0, time.perf_counter()
+    for i in range(0, len(work), batch):
+        chunk = work[i : i + batch]
+        enc = tokenizer.pad({"input_ids": [p for p, _ in chunk]}, return_tensors="pt")
+        targets = [n for _, n in chunk]
+        stop = StoppingCriteriaList([_RowLengths(enc.input_ids.shape[1], targets)])
+        with torch.inference_mode():
+            model.generate(
+                **enc, generation_config=gen_config, max_new_tokens=max(targets), stopping_criteria=stop
+            )
+        tokens += sum(targets)
+    return tokens, time.perf_counter() - start
+
+
+def run_engine(model, tokenizer, work, batch: int, admission=None) -> tuple[int, float]:
+    engine = HFEngine(model, tokenizer, EngineConfig(max_concurrency=batch), admission=admission)
+    reqs = [
+        Request(f"r{i}", tuple(p), SamplingParams(max_new_tokens=n, temperature=1.0, seed=i, ignore_eos=True))
+        for i, (p, n) in enumerate(work)
+    ]
+    start = time.perf_counter()
+    samples = engine.generate(reqs)
+    elapsed = time.perf_counter() - start
+    return sum(s.num_tokens for s in samples), elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--requests", type=int, default=2048)
+    ap.add_argument("--batch", type=int, default=32, help="static batch size = engine concurrency B")
+    ap.add_argument(
+        "--decode-tokens", type=int, default=64, help="tokens per request in the decode-heavy ceiling"
+    )
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (the engine owns one core of two)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer)
+    work = workload(tokenizer, args.requests, args.seed)
+    lengths = sorted(n for _, n in work)
+    mean_len = round(statistics.mean(lengths))
+    ceiling_work = [(p, mean_len) for p, _ in work]
+    decode_work = [(p, args.decode_tokens) for p, _ in work[: 4 * args.batch]]
+    systems = {
+        "hf_static": lambda: run_hf_static(model, tokenizer, work, args.batch),
+        "engine_static": lambda: run_engine(model, tokenizer, work, args.batch, StaticBatch()),
+        "engine_cb": lambda: run_engine(model, tokenizer, work, args.batch),
+        "engine_ceiling": lambda: run_engine(model, tokenizer, ceiling_work, args.batch, StaticBatch()),
+        "engine_decode_ceiling": lambda: run_engine(model, tokenizer, decode_work, args.batch, StaticBatch()),
+    }
+    run_engine(model, tokenizer, work[:64], args.batch)  # warm-up
+    rates: dict[str, list[float]] = {name: [] for name in systems}
+    for r in range(args.rounds):
+        for name, fn in systems.items():
+            tokens, secs = fn()
+            rates[name].append(tokens / secs)
+            print(
+                f"round {r}  {name:22s} {tokens:7d} tokens  {secs:6.2f} s  {tokens / secs:8.0f} tok/s",
+                flush=True,
+            )
+    med = {name: statistics.median(v) for name, v in rates.items()}
+
+    def ratio(a: str, b: str) -> float:
+        """Median over rounds of the per-round ratio: systems in one round saw the same machine state."""
+        return round(statistics.median(x / y for x, y in zip(rates[a], rates[b], strict=True)), 3)
+
+    result = {
+        "requests": args.requests,
+        "batch": args.batch,
+        "output_len_median": statistics.median(lengths),
+        "output_len_p99": lengths[int(0.99 * (len(lengths) - 1))],
+        "output_len_mean": round(statistics.mean(lengths), 2),
+        "tok_per_s": {k: round(v, 1) for k, v in med.items()},
+        "cb_vs_static": ratio("engine_cb", "hf_static"),
+        "cb_vs_ceiling": ratio("engine_cb", "engine_ceiling"),
+        "cb_vs_decode_ceiling": ratio("engine_cb", "engine_decode_ceiling"),
+        "engine_static_vs_hf_static": ratio("engine_static", "hf_static"),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "threads": args.threads,
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
