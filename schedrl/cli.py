@@ -1,4 +1,4 @@
-"""`schedrl` command line: demo, tiny-model factory, task preview."""
+"""`schedrl` command line: train, sft, eval, demo, engine-demo, make-tiny, tasks."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+
+from schedrl.cli_train import add_training_commands
 
 console = Console()
 
@@ -61,7 +63,7 @@ def _run_with_bar(engine, requests, label: str) -> tuple[list, float]:
     return samples, elapsed
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def cmd_engine_demo(args: argparse.Namespace) -> int:
     """Continuous vs static batching on the long-tailed task mix, side by side."""
     import torch
 
@@ -141,14 +143,15 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="schedrl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help=cmd_demo.__doc__)
+    add_training_commands(sub)
+    demo = sub.add_parser("engine-demo", help=cmd_engine_demo.__doc__)
     demo.add_argument("--task", default="longtail")
     demo.add_argument("--requests", type=int, default=1024)
     demo.add_argument("--concurrency", type=int, default=32)
     demo.add_argument("--threads", type=int, default=1)
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--model", default=None, help="HF model directory (default: the built-in tiny model)")
-    demo.set_defaults(fn=cmd_demo)
+    demo.set_defaults(fn=cmd_engine_demo)
     tiny = sub.add_parser("make-tiny", help="save the offline tiny model and tokenizer to PATH")
     tiny.add_argument("path")
     tiny.add_argument("--seed", type=int, default=0)
@@ -166,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as err:
         console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
         return 2
 

@@ -50,7 +50,8 @@ class Request:
     prefix_versions: tuple[int, ...] = ()  # policy version that produced each prefix token
     priority: float = 0.0  # larger runs first under priority-aware admission
     task_id: str | None = None  # the task this request samples
-    sample_index: int = 0  # index of this sample within its task's group
+    group_id: str | None = None  # the group this sample belongs to (one task, one step)
+    sample_index: int = 0  # index of this sample within its group
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:
@@ -82,6 +83,7 @@ class Request:
             prefix_logprobs=sample.logprobs,
             prefix_versions=sample.versions,
             task_id=sample.task_id,
+            group_id=sample.group_id,
             sample_index=sample.sample_index,
             **changes,
         )
@@ -127,6 +129,7 @@ class Sample:
     text: str = ""
     timings: Timings = field(default_factory=Timings)
     task_id: str | None = None
+    group_id: str | None = None
     sample_index: int = 0
     reward: float | None = None
 

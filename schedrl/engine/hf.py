@@ -353,6 +353,7 @@ class HFEngine:
             text=self.tokenizer.decode(tokens, skip_special_tokens=True),
             timings=timings,
             task_id=req.task_id,
+            group_id=req.group_id,
             sample_index=req.sample_index,
         )
         if self.on_finish is not None and reason != "aborted":

@@ -1,0 +1,270 @@
+"""Typed run configuration: dataclasses, YAML loading, `--set a.b=c` overrides, clear errors.
+
+Every field has a one-line doc. Loading checks every key and type against the
+dataclasses and names the dotted field and the bad value on failure, e.g.
+`config field 'sampling.group_size' must be > 0, got 0`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config file or override names an unknown field or holds a bad value."""
+
+
+@dataclass
+class ModelConfig:
+    path: str | None = None  # HF model directory; None builds the offline tiny model
+    tiny_seed: int = 0  # weight-init seed of the tiny model
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 on a GPU, float32 on CPU
+
+
+@dataclass
+class TaskConfig:
+    name: str = "addition"  # registered task name (see `schedrl tasks`)
+    args: dict[str, Any] = field(default_factory=dict)  # keyword arguments of the task
+
+
+@dataclass
+class SamplingConfig:
+    prompts_per_step: int = 16  # tasks drawn per training step
+    group_size: int = 8  # samples per task (G)
+    max_new_tokens: int = 8  # generation budget per sample
+    temperature: float = 1.0  # sampling temperature (also used to recompute log-probs)
+    top_p: float = 1.0  # nucleus mass kept
+    top_k: int = 0  # keep the k most likely tokens; 0 keeps all
+
+
+@dataclass
+class EngineSection:
+    max_concurrency: int = 256  # requests in the engine's running batch
+    max_batched_tokens: int = 8192  # tokens per engine forward
+    admission: str = "fcfs"  # admission policy name
+
+
+@dataclass
+class AlgoConfig:
+    name: str = "grpo"  # registered loss
+    advantage: str = "grpo"  # registered advantage estimator
+    std_normalize: bool = True  # divide group-centred rewards by the group std
+    clip_eps: float = 0.2  # PPO clip range (low side)
+    clip_eps_high: float | None = None  # PPO clip range (high side); None = clip_eps
+    loss_agg: Literal["token_mean", "seq_mean"] = "token_mean"  # how token losses are averaged
+    kl_coef: float = 0.0  # weight of the KL penalty to the frozen initial policy; 0 = off
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"  # KL estimator
+    entropy_coef: float = 0.0  # entropy bonus weight
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 3e-4  # peak learning rate
+    weight_decay: float = 0.0  # AdamW weight decay
+    betas: tuple[float, float] = (0.9, 0.999)  # AdamW betas
+    schedule: Literal["constant", "warmup", "cosine"] = "constant"  # learning-rate schedule
+    warmup_steps: int = 0  # linear warm-up steps (warmup and cosine)
+    max_grad_norm: float = 1.0  # gradient clipping; 0 disables
+    micro_batch_size: int = 64  # sequences per forward/backward (gradient accumulation)
+    ppo_epochs: int = 1  # passes over each step's samples
+    minibatches: int = 1  # optimizer steps per pass
+    max_bad_steps: int = 5  # stop after this many non-finite losses in a row
+
+
+@dataclass
+class SFTConfig:
+    steps: int = 30  # supervised warm-up steps before RL; 0 skips it
+    batch_size: int = 32  # solutions per SFT step
+    lr: float = 1e-3  # SFT learning rate
+
+
+@dataclass
+class EvalConfig:
+    tasks: int = 200  # held-out tasks per evaluation
+    k: int = 8  # samples per task for pass@k
+    temperature: float = 1.0  # sampling temperature for pass@k
+    every: int = 0  # evaluate every N training steps; 0 only before and after
+
+
+@dataclass
+class RunConfig:
+    seed: int = 0  # seeds data, sampling and initialisation
+    steps: int = 300  # RL training steps
+    out_dir: str = "runs"  # parent of run directories
+    name: str | None = None  # run directory name; None = task name + timestamp
+    save_every: int = 50  # checkpoint every N steps; 0 only at the end
+    max_reward_error_rate: float = 0.05  # stop when more than this fraction of rewards raise
+    min_start_reward: float = 0.1  # warn when RL starts below this mean reward (collapse risk)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    engine: EngineSection = field(default_factory=EngineSection)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+# Fields that must be > 0 or >= 0, by dotted name.
+_POSITIVE = {
+    "steps", "sampling.prompts_per_step", "sampling.group_size", "sampling.max_new_tokens",
+    "engine.max_concurrency", "engine.max_batched_tokens", "optim.lr", "optim.micro_batch_size",
+    "optim.ppo_epochs", "optim.minibatches", "optim.max_bad_steps", "sft.batch_size", "sft.lr",
+    "eval.k",
+}  # fmt: skip
+_NON_NEGATIVE = {
+    "save_every", "sampling.temperature", "sampling.top_k", "algo.clip_eps", "algo.kl_coef",
+    "optim.weight_decay", "optim.warmup_steps", "optim.max_grad_norm", "sft.steps", "eval.tasks",
+    "eval.every", "eval.temperature", "max_reward_error_rate",
+}  # fmt: skip
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _convert(value: Any, tp: Any, where: str) -> Any:
+    """Check `value` against annotation `tp`; return it converted (int -> float, list -> tuple)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    bad = ConfigError(f"config field '{where}' must be {_type_name(tp)}, got {value!r}")
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"config field '{where}' must be a mapping, got {value!r}")
+        return _build(tp, value, where + ".")
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _convert(value, arg, where)
+            except ConfigError:
+                continue
+        raise bad
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(
+                f"config field '{where}' must be one of {', '.join(map(repr, args))}, got {value!r}"
+            )
+        return value
+    if origin is tuple:
+        if not isinstance(value, list | tuple) or len(value) != len(args):
+            raise bad
+        return tuple(
+            _convert(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args, strict=True))
+        )
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise bad
+        return dict(value)
+    if tp is float:
+        if isinstance(value, str):  # PyYAML reads 1e-3 (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                raise bad from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise bad
+        return float(value)
+    if tp in (int, str, bool):
+        if isinstance(value, bool) != (tp is bool) or not isinstance(value, tp):
+            raise bad
+        return value
+    if tp is Any:
+        return value
+    raise TypeError(f"unsupported config annotation {tp!r} at {where}")
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in hints:
+            raise ConfigError(f"unknown config key '{prefix}{key}'; valid keys here: {', '.join(names)}")
+    return cls(**{k: _convert(v, hints[k], prefix + k) for k, v in data.items()})
+
+
+def _validate(cfg: RunConfig) -> None:
+    for dotted in _POSITIVE | _NON_NEGATIVE:
+        obj = cfg
+        for part in dotted.split("."):
+            obj = getattr(obj, part)
+        if dotted in _POSITIVE and obj <= 0:
+            raise ConfigError(f"config field '{dotted}' must be > 0, got {obj!r}")
+        if dotted in _NON_NEGATIVE and obj < 0:
+            raise ConfigError(f"config field '{dotted}' must be >= 0, got {obj!r}")
+    if not 0 < cfg.sampling.top_p <= 1:
+        raise ConfigError(f"config field 'sampling.top_p' must be in (0, 1], got {cfg.sampling.top_p!r}")
+    if cfg.sampling.prompts_per_step * cfg.sampling.group_size < cfg.optim.minibatches:
+        raise ConfigError(
+            f"config field 'optim.minibatches' ({cfg.optim.minibatches}) exceeds the samples per step "
+            f"({cfg.sampling.prompts_per_step * cfg.sampling.group_size})"
+        )
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b=c` -> (["a", "b"], c parsed as a YAML scalar)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key.path=value")
+    key, raw = text.split("=", 1)
+    if not key or any(not p for p in key.split(".")):
+        raise ConfigError(f"override {text!r} has an empty key")
+    return key.split("."), yaml.safe_load(raw) if raw else ""
+
+
+def config_from_dict(data: dict[str, Any] | None, overrides: list[str] = ()) -> RunConfig:
+    """Build and validate a `RunConfig` from a nested dict plus `a.b=c` overrides."""
+    data = dict(data or {})
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {text!r}: '{part}' is not a section")
+        node[path[-1]] = value
+    cfg = _build(RunConfig, data)
+    _validate(cfg)
+    return cfg
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
+    """Load a YAML recipe (or the defaults when `path` is None) and apply overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"config file {str(path)!r} must hold a mapping at the top, got {type(data).__name__}"
+            )
+    try:
+        return config_from_dict(data, overrides)
+    except ConfigError as err:
+        if path is None:
+            raise
+        raise ConfigError(f"{path}: {err}") from None
+
+
+def config_to_dict(cfg: RunConfig) -> dict[str, Any]:
+    """A plain nested dict (tuples as lists) that `config_from_dict` reads back to an equal config."""
+
+    def plain(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: plain(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [plain(v) for v in x]
+        return x
+
+    return plain(dataclasses.asdict(cfg))

@@ -1,0 +1,1 @@
+"""The training loops: synchronous on-policy now; staleness control and weight-sync policies next."""

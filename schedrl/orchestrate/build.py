@@ -1,0 +1,88 @@
+"""Build a run's components from its config: model, tokenizer, task, engine, learner, logger.
+
+On resume everything is restored from the latest checkpoint (weights, optimizer, LR
+schedule, RNG states, step); without one the run starts from the config.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from schedrl.config import RunConfig
+from schedrl.engine import EngineConfig, HFEngine
+from schedrl.envs import TaskSource, make_task
+from schedrl.envs.scoring import RewardScorer
+from schedrl.models import build_char_tokenizer, build_tiny_model, default_device, load_model_and_tokenizer
+from schedrl.models.tiny import TinyModelConfig
+from schedrl.train.checkpoint import latest_checkpoint, load_checkpoint, set_rng_state
+from schedrl.train.learner import Learner
+from schedrl.train.run_dir import MetricsLogger, RunDir
+
+log = logging.getLogger(__name__)
+REF_MODEL_DIR = "ref_model"
+
+
+@dataclass
+class Components:
+    cfg: RunConfig
+    run: RunDir
+    model: torch.nn.Module
+    tokenizer: Any
+    source: TaskSource
+    engine: HFEngine
+    learner: Learner
+    scorer: RewardScorer
+    logger: MetricsLogger
+    start_step: int | None  # None: nothing trained yet (SFT and the first eval come first)
+    state: dict[str, Any] = field(default_factory=dict)  # carried in checkpoints (e.g. eval_before)
+
+
+def _model(cfg: RunConfig, path: str | Path | None, device: torch.device):
+    if path is not None:
+        return load_model_and_tokenizer(path, device)
+    tokenizer = build_char_tokenizer()
+    return build_tiny_model(tokenizer, TinyModelConfig(seed=cfg.model.tiny_seed)).to(device), tokenizer
+
+
+def build(cfg: RunConfig, run: RunDir, resume: bool = False) -> Components:
+    torch.manual_seed(cfg.seed)
+    device = default_device()
+    ckpt = latest_checkpoint(run.ckpt_dir) if resume else None
+    model, tokenizer = _model(cfg, ckpt / "model" if ckpt else cfg.model.path, device)
+    source = make_task(cfg.task.name, **cfg.task.args)
+    ref_model = None
+    if cfg.algo.kl_coef > 0:
+        ref_path = run.root / REF_MODEL_DIR
+        ref_model = _model(cfg, ref_path, device)[0] if ckpt else copy.deepcopy(model)
+        ref_model.eval().requires_grad_(False)
+    learner = Learner(model, cfg.optim, cfg.algo, cfg.steps, cfg.sampling.temperature, ref_model, cfg.seed)
+    start_step, state = None, {}
+    if ckpt is not None:
+        state, trainer_state, rng = load_checkpoint(ckpt)
+        learner.load_state_dict(trainer_state)
+        set_rng_state(rng)
+        start_step = state.pop("step")
+        log.info("resuming from %s at step %d", ckpt, start_step)
+    engine_cfg = EngineConfig(
+        max_concurrency=cfg.engine.max_concurrency,
+        max_batched_tokens=cfg.engine.max_batched_tokens,
+        admission=cfg.engine.admission,
+        seed=cfg.seed,
+    )
+    engine = HFEngine(model, tokenizer, engine_cfg, version=start_step or 0)
+    scorer = RewardScorer(source, cfg.max_reward_error_rate)
+    # Resuming without a checkpoint restarts from scratch: every logged row is dropped.
+    logger = MetricsLogger(run, resume_step=start_step if ckpt else (-1 if resume else None))
+    return Components(cfg, run, model, tokenizer, source, engine, learner, scorer, logger, start_step, state)
+
+
+def save_ref_model(c: Components) -> None:
+    if c.learner.ref_model is not None:
+        c.learner.ref_model.save_pretrained(c.run.root / REF_MODEL_DIR)
+        c.tokenizer.save_pretrained(c.run.root / REF_MODEL_DIR)

@@ -1,0 +1,38 @@
+"""A step's rollout requests: G samples per task, each with its own derived seed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from schedrl.envs import Task
+from schedrl.seeding import derive_seed
+from schedrl.types import Request, Sample, SamplingParams
+
+
+def group_requests(
+    tasks: Sequence[Task],
+    tokenizer,
+    params: SamplingParams,
+    group_size: int,
+    *,
+    seed: int,
+    step: int,
+    tag: str = "train",
+) -> list[Request]:
+    """`group_size` requests per task; the seed of sample g of task i at `step` depends on nothing else."""
+    requests = []
+    for i, task in enumerate(tasks):
+        prompt_ids = tuple(tokenizer(task.prompt).input_ids)
+        for g in range(group_size):
+            sample_params = SamplingParams(**{**vars(params), "seed": derive_seed(seed, tag, step, i, g)})
+            requests.append(Request(f"{tag}/{step}/{i}/{g}", prompt_ids, sample_params, task_id=task.id,
+                                    group_id=f"{tag}/{step}/{i}", sample_index=g))  # fmt: skip
+    return requests
+
+
+def group_index(samples: Sequence[Sample]) -> torch.Tensor:
+    """(N,) group number of each sample: samples of one group (one task at one step) share one."""
+    ids: dict[str, int] = {}
+    return torch.tensor([ids.setdefault(s.group_id, len(ids)) for s in samples], dtype=torch.long)

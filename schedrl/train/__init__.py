@@ -1,0 +1,1 @@
+"""Learner side: batches, losses applied with an optimizer, schedules, checkpoints, supervised warm-up."""

@@ -1,0 +1,16 @@
+import torch
+
+from schedrl.train.batch import collate
+
+
+def test_collate_masks_only_completion_targets():
+    # rows: [p p | c c c] and [p | c], pad = 0
+    b = collate([[5, 6], [7]], [[8, 9, 10], [11]], pad_id=0, behaviour_logp=[[-1.0, -2.0, -3.0], [-4.0]])
+    assert b.input_ids.tolist() == [[5, 6, 8, 9, 10], [7, 11, 0, 0, 0]]
+    assert b.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]
+    assert b.targets.tolist() == [[6, 8, 9, 10], [11, 0, 0, 0]]
+    # target j predicts token j+1: completions start at target index len(prompt) - 1
+    assert b.mask.tolist() == [[0, 1, 1, 1], [1, 0, 0, 0]]
+    assert b.behaviour_logp.tolist() == [[0, -1, -2, -3], [-4, 0, 0, 0]]
+    sub = b.select(torch.tensor([1]))
+    assert sub.input_ids.tolist() == [[7, 11]] and sub.mask.tolist() == [[1]]

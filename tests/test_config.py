@@ -1,0 +1,73 @@
+import pytest
+
+from schedrl.config import ConfigError, RunConfig, config_from_dict, config_to_dict, load_config
+
+
+def test_defaults_and_overrides():
+    cfg = config_from_dict({"sampling": {"group_size": 4}}, ["optim.lr=1e-3", "task.args={max_digits: 2}"])
+    assert cfg.sampling.group_size == 4 and cfg.optim.lr == 1e-3 and cfg.task.args == {"max_digits": 2}
+    assert cfg.steps == RunConfig().steps
+    assert config_from_dict(config_to_dict(cfg)) == cfg
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"sampling": {"group_sise": 4}},
+            "unknown config key 'sampling.group_sise'; valid keys here: prompts_per_step",
+        ),
+        ({"bogus": 1}, "unknown config key 'bogus'"),
+        ({"sampling": {"group_size": "4"}}, "config field 'sampling.group_size' must be int, got '4'"),
+        (
+            {"sampling": {"prompts_per_step": 0}},
+            "config field 'sampling.prompts_per_step' must be > 0, got 0",
+        ),
+        ({"optim": {"micro_batch_size": -2}}, "config field 'optim.micro_batch_size' must be > 0, got -2"),
+        (
+            {"optim": {"schedule": "linear"}},
+            "config field 'optim.schedule' must be one of 'constant', 'warmup'",
+        ),
+        ({"optim": {"betas": [0.9]}}, "config field 'optim.betas' must be tuple"),
+        ({"steps": True}, "config field 'steps' must be int, got True"),
+        ({"optim": {"lr": "fast"}}, "config field 'optim.lr' must be float, got 'fast'"),
+        ({"sampling": {"top_p": 1.5}}, "config field 'sampling.top_p' must be in (0, 1], got 1.5"),
+        ({"sampling": 3}, "config field 'sampling' must be a mapping, got 3"),
+    ],
+)
+def test_bad_config_names_the_field_and_value(data, message):
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(data)
+    assert message in str(err.value)
+
+
+def test_yaml_file_errors_name_the_file(tmp_path):
+    path = tmp_path / "recipe.yaml"
+    path.write_text("steps: 10\nsampling:\n  group_size: 0\n")
+    with pytest.raises(
+        ConfigError, match=r"recipe.yaml: config field 'sampling.group_size' must be > 0, got 0"
+    ):
+        load_config(path)
+    path.write_text("steps: [1, 2\n")
+    with pytest.raises(ConfigError, match="recipe.yaml' is not valid YAML"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+    path.write_text("steps: 7\noptim:\n  lr: 1e-4\n")
+    cfg = load_config(path, ["sampling.max_new_tokens=12"])
+    assert (cfg.steps, cfg.optim.lr, cfg.sampling.max_new_tokens) == (7, 1e-4, 12)
+
+
+@pytest.mark.parametrize("text", ["nokey", "=3", "a..b=1"])
+def test_bad_override(text):
+    with pytest.raises(ConfigError, match="override"):
+        config_from_dict({}, [text])
+
+
+def test_examples_are_valid_recipes():
+    from pathlib import Path
+
+    recipes = sorted(Path(__file__).parent.parent.joinpath("examples").glob("*.yaml"))
+    assert recipes
+    for path in recipes:
+        load_config(path)

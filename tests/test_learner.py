@@ -1,0 +1,78 @@
+import copy
+
+import pytest
+import torch
+
+from schedrl.config import AlgoConfig, OptimConfig
+from schedrl.train.batch import collate
+from schedrl.train.learner import Learner, NonFiniteLossError
+
+
+def make_batch(n=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(4, 90, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
+               for _ in range(n)]  # fmt: skip
+    completions = [torch.randint(4, 90, (int(torch.randint(1, 5, (1,), generator=g)),), generator=g).tolist()
+                   for _ in range(n)]  # fmt: skip
+    adv = torch.randn(n, generator=g)
+    return collate(prompts, completions, pad_id=0), adv
+
+
+def params_after(model, optim, algo=None, steps=1, adv_scale=1.0):
+    model = copy.deepcopy(model)
+    learner = Learner(model, optim, algo or AlgoConfig(), total_steps=10)
+    batch, adv = make_batch()
+    stats = [learner.update(batch, adv * adv_scale, step) for step in range(steps)]
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach(), learner, stats
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean"])
+def test_gradient_accumulation_matches_one_big_batch(default_model, agg):
+    algo = AlgoConfig(loss_agg=agg)
+    big, _, _ = params_after(default_model, OptimConfig(micro_batch_size=64), algo)
+    small, _, _ = params_after(default_model, OptimConfig(micro_batch_size=3), algo)
+    before = torch.nn.utils.parameters_to_vector(default_model.parameters()).detach()
+    assert not torch.allclose(big, before)
+    torch.testing.assert_close(small, big, atol=2e-6, rtol=0)
+
+
+def test_epochs_and_minibatches_count_optimizer_steps(default_model):
+    _, learner, stats = params_after(default_model, OptimConfig(ppo_epochs=2, minibatches=2))
+    state = learner.optimizer.state_dict()["state"]
+    assert all(int(s["step"]) == 4 for s in state.values())
+    assert stats[0]["clipfrac"] >= 0 and "approx_kl" in stats[0]
+
+
+def test_lr_schedule_steps_once_per_training_step(default_model):
+    _, learner, stats = params_after(
+        default_model, OptimConfig(lr=1e-3, schedule="warmup", warmup_steps=4), steps=3
+    )
+    assert [round(s["lr"], 6) for s in stats] == [0.0005, 0.00075, 0.001]  # lr(t + 1) after step t
+
+
+def test_non_finite_loss_is_skipped_then_stops(default_model):
+    model = copy.deepcopy(default_model)
+    learner = Learner(model, OptimConfig(max_bad_steps=2), AlgoConfig(), total_steps=10)
+    batch, adv = make_batch()
+    before = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
+    bad = adv.clone()
+    bad[0] = float("nan")
+    stats = learner.update(batch, bad, 0)
+    assert stats["skipped_steps"] == 1
+    torch.testing.assert_close(torch.nn.utils.parameters_to_vector(model.parameters()), before)
+    learner.update(batch, adv, 1)  # a good step resets the run of bad ones
+    assert learner.bad_in_a_row == 0
+    learner.update(batch, bad, 2)
+    with pytest.raises(NonFiniteLossError, match="2 optimizer steps in a row"):
+        learner.update(batch, bad, 3)
+
+
+def test_kl_to_an_identical_reference_is_zero(default_model):
+    model = copy.deepcopy(default_model)
+    learner = Learner(model, OptimConfig(), AlgoConfig(kl_coef=0.1, kl_estimator="k3"), 10,
+                      ref_model=copy.deepcopy(default_model))  # fmt: skip
+    batch, adv = make_batch()
+    stats = learner.update(batch, adv, 0)
+    assert abs(stats["kl"]) < 1e-6
+    stats = learner.update(batch, adv, 1)
+    assert stats["kl"] > 0  # the policy moved away from the frozen reference
