@@ -117,6 +117,7 @@ def train(
                             "tends to collapse onto one constant answer; train longer with SFT (sft.steps) or "
                             "pick an easier task", metrics["reward_mean"], cfg.min_start_reward)  # fmt: skip
             done = step + 1
+            c.state["data_position"] = done  # task batches drawn; batch k is a pure function of (seed, k)
             if cfg.eval.every and done % cfg.eval.every == 0 and done < cfg.steps:
                 metrics |= {f"eval/{k}": v for k, v in run_eval(c).items()}
             c.logger.log(done, metrics)
