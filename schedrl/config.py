@@ -72,7 +72,7 @@ class OptimConfig:
     schedule: Literal["constant", "warmup", "cosine"] = "constant"  # learning-rate schedule
     warmup_steps: int = 0  # linear warm-up steps (warmup and cosine)
     max_grad_norm: float = 1.0  # gradient clipping; 0 disables
-    micro_batch_size: int = 64  # sequences per forward/backward (gradient accumulation)
+    micro_batch_size: int = 128  # sequences per forward/backward (gradient accumulation)
     ppo_epochs: int = 1  # passes over each step's samples
     minibatches: int = 1  # optimizer steps per pass
     max_bad_steps: int = 5  # stop after this many non-finite losses in a row

@@ -35,7 +35,7 @@ class StepLayout:
     dec_mask: torch.Tensor | None = (
         None  # (Bd or S, 1, 1, Ld) additive mask: 0 where a row may look, -inf not
     )
-    dec_full: bool = False  # attend over all S slots (a view) instead of gathering Bd of them
+    dec_full: bool = False  # attend over the first S' slots (a view) instead of gathering Bd of them
     pre_tok: torch.Tensor | None = None  # (Bp, Lq) packed indices of multi-token rows, padded
     pre_valid: torch.Tensor | None = None  # (Bp, Lq) which of those are real tokens
     pre_slot: torch.Tensor | None = None  # (Bp,)
@@ -54,13 +54,14 @@ def packed_attention(module, query, key, value, attention_mask=None, scaling=Non
     gqa = getattr(module, "num_key_value_groups", 1) > 1
     if layout.dec_tok is not None:
         length = layout.dec_mask.shape[-1]
-        if layout.dec_full:  # every slot attends; rows of idle slots are computed and dropped
-            qs = q.new_zeros(kc.shape[0], q.shape[1], 1, q.shape[2])
+        if layout.dec_full:  # the first S' slots attend (a view); rows of idle slots are computed and dropped
+            n_slots = layout.dec_mask.shape[0]
+            qs = q.new_zeros(n_slots, q.shape[1], 1, q.shape[2])
             qs[layout.dec_slot, :, 0] = q[layout.dec_tok]
             o = F.scaled_dot_product_attention(
                 qs,
-                kc[:, :, :length],
-                vc[:, :, :length],
+                kc[:n_slots, :, :length],
+                vc[:n_slots, :, :length],
                 attn_mask=layout.dec_mask,
                 scale=scaling,
                 enable_gqa=gqa,

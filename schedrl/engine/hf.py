@@ -18,6 +18,7 @@ tokenizer stay HF's.
 from __future__ import annotations
 
 import copy
+import heapq
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -112,7 +113,7 @@ class HFEngine:
         self._waiting: list[Request] = []
         self._arrival: dict[str, float] = {}
         self._running: dict[str, _Seq] = {}
-        self._free_slots = list(range(self.config.max_concurrency - 1, -1, -1))
+        self._free_slots = list(range(self.config.max_concurrency))  # a min-heap: lowest slot first
         self.num_steps = 0
         self.num_generated = 0
 
@@ -221,7 +222,7 @@ class HFEngine:
             taken.add(i)
             seq = _Seq(
                 req,
-                self._free_slots.pop(),
+                heapq.heappop(self._free_slots),
                 list(req.prefix_ids),
                 list(req.prefix_logprobs),
                 list(req.prefix_versions),
@@ -254,7 +255,8 @@ class HFEngine:
         layout = StepLayout(self._cache, torch.tensor(slots, device=dev), torch.tensor(pos, device=dev))
         mask_dtype = self._cache[0][0].dtype
         if dec_tok:
-            n_slots = self.config.max_concurrency
+            # Slots are handed out lowest first, so the busy ones sit at the front of the cache.
+            n_slots = max(dec_slot) + 1
             length = max(dec_pos) + 1
             keys = torch.arange(length, device=dev)
             layout.dec_tok = torch.tensor(dec_tok, device=dev)
@@ -336,7 +338,7 @@ class HFEngine:
 
     def _finish(self, seq: _Seq, reason: FinishReason) -> Sample:
         del self._running[seq.request.id]
-        self._free_slots.append(seq.slot)
+        heapq.heappush(self._free_slots, seq.slot)
         seq.timings.finished = time.perf_counter()
         return self._sample(seq.request, seq.tokens, seq.logprobs, seq.versions, reason, seq.timings)
 
