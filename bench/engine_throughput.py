@@ -15,7 +15,7 @@ The tiny model is untrained, so the length of each output is fixed to the length
 task's correct answer (plus eos): every system generates exactly the same tokens per
 request, and only how the batch is scheduled differs.
 
-    python bench/engine_throughput.py            # defaults: 2048 requests, B=32, 5 rounds, 1 thread
+    python bench/engine_throughput.py            # defaults: 2048 requests, B=32, 7 rounds, 1 thread pinned to one core
 
 The last line printed is one JSON object with `cb_vs_static` and `cb_vs_ceiling`.
 """
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import resource
 import statistics
 import time
@@ -92,11 +93,13 @@ def main() -> None:
     ap.add_argument(
         "--decode-tokens", type=int, default=64, help="tokens per request in the decode-heavy ceiling"
     )
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the engine owns one core of two)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.threads == 1 and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})  # one core: no migrations mid-run
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer)
     work = workload(tokenizer, args.requests, args.seed)

@@ -37,7 +37,8 @@ class StepLayout:
     )
     dec_full: bool = False  # attend over the first S' slots (a view) instead of gathering Bd of them
     pre_tok: torch.Tensor | None = None  # (Bp, Lq) packed indices of multi-token rows, padded
-    pre_valid: torch.Tensor | None = None  # (Bp, Lq) which of those are real tokens
+    pre_src: torch.Tensor | None = None  # real query positions in the flattened (Bp * Lq) block ...
+    pre_dst: torch.Tensor | None = None  # ... and the packed index each one writes back to
     pre_slot: torch.Tensor | None = None  # (Bp,)
     pre_mask: torch.Tensor | None = None  # (Bp, 1, Lq, Lk) additive causal mask over the slot's keys
     pre_fresh: bool = False  # every multi-token row starts at position 0 (Lk == Lq)
@@ -84,7 +85,7 @@ def packed_attention(module, query, key, value, attention_mask=None, scaling=Non
         o = F.scaled_dot_product_attention(
             qp, kp, vp, attn_mask=layout.pre_mask, scale=scaling, enable_gqa=gqa
         )
-        out[layout.pre_tok[layout.pre_valid]] = o.transpose(1, 2)[layout.pre_valid]
+        out[layout.pre_dst] = o.transpose(1, 2).reshape(-1, *o.shape[1:2], o.shape[3])[layout.pre_src]
     return out.unsqueeze(0), None
 
 

@@ -271,14 +271,16 @@ class HFEngine:
         if pre_rows:
             lq = max(n for _, n, _, _ in pre_rows)
             lk = max(p + n for _, n, _, p in pre_rows)
-            offs = torch.arange(lq, device=dev)
-            starts = torch.tensor([s for s, _, _, _ in pre_rows], device=dev)
-            counts = torch.tensor([n for _, n, _, _ in pre_rows], device=dev)
-            first = torch.tensor([p for _, _, _, p in pre_rows], device=dev)
-            layout.pre_valid = offs[None, :] < counts[:, None]
-            layout.pre_tok = torch.where(layout.pre_valid, starts[:, None] + offs[None, :], starts[:, None])
+            tok, src, dst = [], [], []
+            for r, (start, n, _, _) in enumerate(pre_rows):
+                tok += [*range(start, start + n), *[start] * (lq - n)]  # padded with a real index
+                src += range(r * lq, r * lq + n)
+                dst += range(start, start + n)
+            layout.pre_tok = torch.tensor(tok, device=dev).view(len(pre_rows), lq)
+            layout.pre_src, layout.pre_dst = torch.tensor(src, device=dev), torch.tensor(dst, device=dev)
             layout.pre_slot = torch.tensor([s for _, _, s, _ in pre_rows], device=dev)
-            qpos = first[:, None] + offs[None, :]  # (Bp, Lq) position of each query
+            first = torch.tensor([p for _, _, _, p in pre_rows], device=dev)
+            qpos = first[:, None] + torch.arange(lq, device=dev)[None, :]  # (Bp, Lq) position of each query
             mask = torch.arange(lk, device=dev)[None, None, :] <= qpos[:, :, None]
             layout.pre_mask = _additive(mask, mask_dtype)[:, None]
             layout.pre_fresh = lk == lq and all(p == 0 for _, _, _, p in pre_rows)

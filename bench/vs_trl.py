@@ -1,0 +1,240 @@
+"""schedrl vs TRL's GRPOTrainer: same machine, model, start, task, settings; one run, alternating.
+
+For each workload and seed, both systems start from the same weights (the tiny model after the
+same SFT warm-up), see the same tasks in the same order (TRL's dataset is schedrl's task stream,
+unshuffled), and use the same G, prompts per step, learning rate (constant), max completion
+length, temperature, clip range, token-mean loss and beta = 0. Then each final model is
+evaluated by the same evaluator on the held-out split.
+
+    pip install -e '.[bench]'
+    python bench/vs_trl.py                       # both workloads, 3 seeds
+    python bench/vs_trl.py --workloads addition --seeds 1 --steps 20   # a quick look
+
+Time to target: the target reward of a workload is 0.9 x the lower of the two systems' final
+reward (mean of the last 20 steps, median over seeds), so both reach it; the time is the wall-clock
+until the 20-step moving average first reaches it. The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from schedrl.config import config_from_dict
+from schedrl.engine import EngineConfig, HFEngine
+from schedrl.envs import Task, make_task
+from schedrl.models import build_char_tokenizer, build_tiny_model, load_model_and_tokenizer
+from schedrl.orchestrate.evaluate import evaluate
+from schedrl.orchestrate.sync import train
+from schedrl.seeding import derive_seed
+from schedrl.train.run_dir import RunDir
+from schedrl.train.sft import sft_warmup
+
+WORKLOADS = {
+    "addition": {"task": {"name": "addition", "args": {"min_digits": 1, "max_digits": 1}}, "max_new_tokens": 8,
+                 "steps": 300, "sft_steps": 30},
+    "longtail": {"task": {"name": "longtail", "args": {}}, "max_new_tokens": 50, "steps": 100, "sft_steps": 60},
+}  # fmt: skip
+G, PROMPTS, LR, TEMPERATURE = 8, 16, 3e-4, 1.0
+WINDOW = 20
+
+
+def sft_start(workload: dict, seed: int, out: Path) -> Path:
+    """The shared starting point: the tiny model after the same SFT warm-up."""
+    from schedrl.config import SFTConfig
+
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer)
+    source = make_task(workload["task"]["name"], **workload["task"]["args"])
+    sft_warmup(model, tokenizer, source, SFTConfig(steps=workload["sft_steps"]), seed)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def task_stream(workload: dict, seed: int, steps: int) -> list[Task]:
+    """Exactly the tasks schedrl's loop draws, step after step."""
+    source = make_task(workload["task"]["name"], **workload["task"]["args"])
+    return [t for k in range(steps) for t in source.sample("train", PROMPTS, derive_seed(seed, "data", k))]
+
+
+def run_schedrl(start: Path, workload: dict, seed: int, steps: int, work: Path) -> dict:
+    cfg = config_from_dict({
+        "seed": seed, "steps": steps, "save_every": 0, "out_dir": str(work), "name": "schedrl",
+        "model": {"path": str(start)}, "task": workload["task"],
+        "sampling": {"prompts_per_step": PROMPTS, "group_size": G, "max_new_tokens": workload["max_new_tokens"],
+                     "temperature": TEMPERATURE},
+        "optim": {"lr": LR}, "sft": {"steps": 0}, "eval": {"tasks": 0},
+    })  # fmt: skip
+    times, rewards, tokens = [], [], []
+
+    def on_step(step: int, m: dict) -> None:
+        times.append(time.perf_counter())
+        rewards.append(m["reward_mean"])
+        tokens.append(m["gen_tokens"])
+
+    start_t = time.perf_counter()
+    train(cfg, RunDir.create(work, "schedrl"), on_step=on_step)
+    return {"t0": start_t, "times": times, "rewards": rewards, "tokens": tokens,
+            "model": work / "schedrl" / "checkpoints" / f"step_{steps:06d}" / "model"}  # fmt: skip
+
+
+def run_trl(start: Path, workload: dict, seed: int, steps: int, work: Path) -> dict:
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    source = make_task(workload["task"]["name"], **workload["task"]["args"])
+    tasks = task_stream(workload, seed, steps)
+    by_prompt_answer = {(t.prompt, t.answer): t for t in tasks}
+    data = Dataset.from_list([{"prompt": t.prompt, "answer": t.answer} for t in tasks])
+
+    def reward(prompts, completions, answer, **kwargs):
+        return [
+            source.reward(by_prompt_answer[(p, a)], c)
+            for p, c, a in zip(prompts, completions, answer, strict=True)
+        ]
+
+    times, rewards, tokens = [], [], []
+
+    class Clock(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "reward" in logs:
+                times.append(time.perf_counter())
+                rewards.append(logs["reward"])
+                tokens.append(logs.get("completions/mean_length", 0.0) * G * PROMPTS)
+
+    model, tokenizer = load_model_and_tokenizer(start, device="cpu")
+    args = GRPOConfig(
+        output_dir=str(work / "trl"), seed=seed, max_steps=steps, per_device_train_batch_size=G * PROMPTS,
+        num_generations=G, max_completion_length=workload["max_new_tokens"], temperature=TEMPERATURE,
+        learning_rate=LR, lr_scheduler_type="constant", beta=0.0, epsilon=0.2, loss_type="dapo",
+        scale_rewards="group", shuffle_dataset=False, logging_steps=1, save_strategy="no", report_to=[],
+        use_cpu=True, bf16=False, disable_tqdm=True,
+    )  # fmt: skip
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
+                          processing_class=tokenizer, callbacks=[Clock()])  # fmt: skip
+    start_t = time.perf_counter()
+    trainer.train()
+    out = work / "trl" / "final"
+    trainer.model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return {"t0": start_t, "times": times, "rewards": rewards, "tokens": tokens, "model": out}
+
+
+def moving_average(xs: list[float], w: int = WINDOW) -> list[float]:
+    return [statistics.mean(xs[max(0, i - w + 1) : i + 1]) for i in range(len(xs))]
+
+
+def summarize(run: dict, workload: dict, seed: int) -> dict:
+    t = run["times"]
+    model, tokenizer = load_model_and_tokenizer(run["model"], device="cpu")
+    source = make_task(workload["task"]["name"], **workload["task"]["args"])
+    engine = HFEngine(model, tokenizer, EngineConfig(max_concurrency=256))
+    ev = evaluate(engine, tokenizer, source, n_tasks=200, k=4, temperature=1.0,
+                  max_new_tokens=workload["max_new_tokens"], seed=derive_seed(seed, "eval"))  # fmt: skip
+    span = t[-1] - t[0]  # steps 2..N: excludes start-up and the first step's warm-up
+    return {
+        "steps_per_s": (len(t) - 1) / span,
+        "gen_tokens_per_s": sum(run["tokens"][1:]) / span,
+        "final_reward": statistics.mean(run["rewards"][-WINDOW:]),
+        "eval_pass@1": ev["pass@1"],
+        "eval_greedy": ev["greedy_acc"],
+        "curve": run["rewards"],
+        "elapsed": [x - run["t0"] for x in t],
+    }
+
+
+def time_to(summary: dict, target: float) -> float:
+    for r, el in zip(moving_average(summary["curve"]), summary["elapsed"], strict=True):
+        if r >= target:
+            return el
+    return float("inf")
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4), squeeze=False)
+    for ax, (name, per_system) in zip(axes[0], results.items(), strict=True):
+        for system, color in (("trl", "tab:blue"), ("schedrl", "tab:orange")):
+            for i, s in enumerate(per_system[system]):
+                ax.plot(s["elapsed"], moving_average(s["curve"]), color=color, alpha=0.8,
+                        label=f"{system} (seed runs)" if i == 0 else None)  # fmt: skip
+        ax.set(title=f"{name}: reward ({WINDOW}-step moving average)", xlabel="wall-clock s", ylabel="reward")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=None, help="override the steps of every workload")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--plot", default="docs/vs_trl.png")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    results: dict[str, dict[str, list[dict]]] = {}
+    report: dict[str, dict] = {}
+    for name in args.workloads:
+        workload = WORKLOADS[name]
+        steps = args.steps or workload["steps"]
+        results[name] = {"trl": [], "schedrl": []}
+        for seed in range(args.seeds):
+            work = Path(tempfile.mkdtemp(prefix=f"vs_trl_{name}_{seed}_"))
+            start = sft_start(workload, seed, work / "start")
+            order = ("trl", "schedrl") if seed % 2 == 0 else ("schedrl", "trl")  # alternate who runs first
+            for system in order:
+                runner = run_trl if system == "trl" else run_schedrl
+                summary = summarize(runner(start, workload, seed, steps, work), workload, seed)
+                results[name][system].append(summary)
+                print(f"{name} seed {seed} {system:8s} {summary['steps_per_s']:.2f} steps/s "
+                      f"{summary['gen_tokens_per_s']:.0f} tok/s  final reward {summary['final_reward']:.3f}  "
+                      f"eval pass@1 {summary['eval_pass@1']:.3f}", flush=True)  # fmt: skip
+            shutil.rmtree(work, ignore_errors=True)
+        per = results[name]
+        target = 0.9 * min(statistics.median(s["final_reward"] for s in per[sys_]) for sys_ in per)
+        ratio_speed = [
+            b["steps_per_s"] / a["steps_per_s"] for a, b in zip(per["trl"], per["schedrl"], strict=True)
+        ]
+        ratio_time = [
+            time_to(a, target) / time_to(b, target) for a, b in zip(per["trl"], per["schedrl"], strict=True)
+        ]
+        report[name] = {
+            "target_reward": round(target, 3),
+            "schedrl_vs_trl_steps_per_s": round(statistics.median(ratio_speed), 3),
+            "trl_time_to_target_over_schedrl": round(statistics.median(ratio_time), 3),
+            **{f"{sys_}_{k}": round(statistics.median(s[k] for s in per[sys_]), 3)
+               for sys_ in per for k in ("steps_per_s", "gen_tokens_per_s", "final_reward", "eval_pass@1",
+                                         "eval_greedy")},
+        }  # fmt: skip
+        print(json.dumps({name: report[name]}), flush=True)
+    plot(results, Path(args.plot))
+    out = {"workloads": report, "plot": args.plot}
+    if "addition" in report:
+        out["sync_vs_trl_steps_per_s"] = report["addition"]["schedrl_vs_trl_steps_per_s"]
+    if "longtail" in report:
+        out["best_vs_trl_time_to_target"] = report["longtail"]["trl_time_to_target_over_schedrl"]
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
