@@ -1,8 +1,8 @@
 """schedrl vs TRL's GRPOTrainer: same machine, model, start, task, settings; one run, alternating.
 
 For each workload and seed, both systems start from the same weights (the tiny model after the
-same SFT warm-up), see the same tasks in the same order (TRL's dataset is schedrl's task stream,
-unshuffled), and use the same G, prompts per step, learning rate (constant), max completion
+same SFT warm-up) with the same attention kernels (eager, schedrl's CPU default), see the same
+tasks in the same order (TRL's dataset is schedrl's task stream, unshuffled), and use the same G, prompts per step, learning rate (constant), max completion
 length, temperature, clip range, token-mean loss and beta = 0. Then each final model is
 evaluated by the same evaluator on the held-out split.
 
@@ -89,6 +89,7 @@ def run_schedrl(start: Path, workload: dict, seed: int, steps: int, work: Path) 
 def run_trl(start: Path, workload: dict, seed: int, steps: int, work: Path) -> dict:
     from datasets import Dataset
     from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     source = make_task(workload["task"]["name"], **workload["task"]["args"])
@@ -112,6 +113,9 @@ def run_trl(start: Path, workload: dict, seed: int, steps: int, work: Path) -> d
                 tokens.append(logs.get("completions/mean_length", 0.0) * G * PROMPTS)
 
     model, tokenizer = load_model_and_tokenizer(start, device="cpu")
+    model.set_attn_implementation(
+        "eager"
+    )  # the attention schedrl's learner uses on CPU: same model, same kernels
     args = GRPOConfig(
         output_dir=str(work / "trl"), seed=seed, max_steps=steps, per_device_train_batch_size=G * PROMPTS,
         num_generations=G, max_completion_length=workload["max_new_tokens"], temperature=TEMPERATURE,
@@ -121,6 +125,7 @@ def run_trl(start: Path, workload: dict, seed: int, steps: int, work: Path) -> d
     )  # fmt: skip
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
                           processing_class=tokenizer, callbacks=[Clock()])  # fmt: skip
+    trainer.remove_callback(PrinterCallback)  # its per-step print is not part of the work compared
     start_t = time.perf_counter()
     trainer.train()
     out = work / "trl" / "final"

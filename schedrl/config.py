@@ -26,6 +26,9 @@ class ModelConfig:
     path: str | None = None  # HF model directory; None builds the offline tiny model
     tiny_seed: int = 0  # weight-init seed of the tiny model
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 on a GPU, float32 on CPU
+    attn_implementation: str = (
+        "auto"  # learner attention; auto: eager on CPU (faster on short rows), sdpa on GPU
+    )
 
 
 @dataclass

@@ -117,3 +117,16 @@ def test_plot_reward_curve_without_key(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="'reward_mean'"):
         plot_reward_curve([{"step": 0, "loss": 1.0}], tmp_path / "r.png")
     assert not (tmp_path / "r.png").exists()
+
+
+def test_resume_without_a_checkpoint_drops_every_row(tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path, "r")
+    with MetricsLogger(run) as log:
+        log.log(0, {"eval/pass@1": 0.1})
+        log.log(1, {"reward_mean": 0.2})
+        log.sync()
+    with MetricsLogger(run, resume_step=-1):
+        pass
+    assert read_metrics(run.metrics_path) == []
+    with pytest.raises(ValueError, match="resume_step must be >= -1"):
+        MetricsLogger(run, resume_step=-2)

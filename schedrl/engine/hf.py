@@ -61,6 +61,7 @@ class _Seq:
     logprobs: list[float]
     versions: list[int]
     timings: Timings
+    seed: int = 0  # the request's seed, or one the engine drew for it
     n_cached: int = 0  # tokens of prompt + output whose keys/values are in the slot
     ids: list[int] = field(default_factory=list)  # prompt + output
 
@@ -229,11 +230,15 @@ class HFEngine:
                 Timings(arrival=self._arrival[req.id], admitted=now),
             )
             seq.ids = list(req.prompt_ids) + seq.tokens
+            seq.seed = req.params.seed if req.params.seed is not None else self._draw_seed()
             self._running[req.id] = seq
         if taken == set(range(len(taken))):  # the usual case: a prefix of the queue
             del self._waiting[: len(taken)]
         else:
             self._waiting = [r for i, r in enumerate(self._waiting) if i not in taken]
+
+    def _draw_seed(self) -> int:
+        return int(torch.randint(0, 2**62, (1,), generator=self._generator))
 
     def _layout(self, seqs: Sequence[_Seq]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, StepLayout]:
         ids, pos, slots, last = [], [], [], []
@@ -304,7 +309,7 @@ class HFEngine:
             )
         logits = out.logits[0]  # (R, V)
         tokens, logprobs = sample_tokens(
-            logits, [s.request.params for s in seqs], [len(s.tokens) for s in seqs], self._generator
+            logits, [s.request.params for s in seqs], [s.seed for s in seqs], [len(s.tokens) for s in seqs]
         )
         now = time.perf_counter()
         finished = []

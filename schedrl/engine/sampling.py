@@ -1,10 +1,10 @@
 """Batched token sampling with per-request temperature, top-k, top-p and seed.
 
 Sampling uses the Gumbel-max trick: argmax(logits/T + G) with G ~ Gumbel(0, 1)
-is an exact draw from softmax(logits/T). The noise of token t of a seeded
-request comes from a generator seeded with (seed, t), so a request draws the
-same tokens whatever else is in the batch, and a resumed request continues
-exactly as an uninterrupted one would.
+is an exact draw from softmax(logits/T). The noise of token t of a request is a
+counter-based hash of (seed, t, vocabulary id), computed for the whole batch in
+a few tensor ops, so a request draws the same tokens whatever else is in the
+batch, and a resumed request continues exactly as an uninterrupted one would.
 
 The recorded log-probability is log softmax(logits / T)[token] (log softmax
 of the raw logits for greedy), i.e. before top-k / top-p truncation; this is
@@ -19,12 +19,30 @@ import torch
 
 from schedrl.types import SamplingParams
 
-_MASK64 = (1 << 63) - 1
+_M32 = 0xFFFFFFFF
+_MIX = 0x45D9F3B  # < 2**27, so every product below stays under 2**63: no int64 overflow
 
 
-def token_seed(seed: int, index: int) -> int:
-    """A generator seed for token `index` of a request seeded with `seed`."""
-    return (seed * 0x9E3779B97F4A7C15 + index * 0xBF58476D1CE4E5B9 + 1) & _MASK64
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (xorshift-multiply), elementwise on int64 tensors holding values < 2**32."""
+    x = x ^ (x >> 16)
+    x = (x * _MIX) & _M32
+    x = x ^ (x >> 16)
+    x = (x * _MIX) & _M32
+    return x ^ (x >> 16)
+
+
+def uniform_noise(seeds: torch.Tensor, index: torch.Tensor, vocab: int) -> torch.Tensor:
+    """U(0, 1) noise of shape (R, V), a pure function of (seed, token index, vocabulary id).
+
+    Counter-based, like Philox: no generator state, so the noise of token t of a request
+    does not depend on what else is in the batch or on how the request was cut and resumed.
+    """
+    h = _mix32(seeds & _M32) ^ _mix32((seeds >> 32) & _M32 ^ 0x5BD1E995)  # (R,)
+    h = _mix32(h ^ _mix32(index & _M32))
+    v = torch.arange(vocab, dtype=torch.long, device=seeds.device) * 0x9E3779B1 & _M32  # (V,)
+    bits = _mix32(h[:, None] ^ v[None, :]) >> 8  # 24 random bits, (R, V)
+    return (bits.to(torch.float32) + 0.5) * 2.0**-24
 
 
 def _truncate(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -42,10 +60,10 @@ def _truncate(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) ->
 def sample_tokens(
     logits: torch.Tensor,
     params: Sequence[SamplingParams],
+    seeds: Sequence[int],
     token_index: Sequence[int],
-    generator: torch.Generator,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row.  logits: (R, V); token_index[r] is how many tokens row r already has.
+    """Draw one token per row.  logits: (R, V); row r samples its token number token_index[r] with seeds[r].
 
     Returns (tokens (R,), logprobs (R,)).
     """
@@ -64,16 +82,9 @@ def sample_tokens(
             top_k = torch.tensor([params[r].top_k for r in sampled_rows], device=logits.device)
             top_p = torch.tensor([params[r].top_p for r in sampled_rows], device=logits.device)
             sub = _truncate(sub, top_k, top_p)
-        noise = torch.empty(len(sampled_rows), vocab)
-        row_gen = torch.Generator()
-        for j, r in enumerate(sampled_rows):
-            seed = params[r].seed
-            if seed is None:
-                noise[j] = torch.rand(vocab, generator=generator)
-            else:
-                row_gen.manual_seed(token_seed(seed, token_index[r]))
-                noise[j] = torch.rand(vocab, generator=row_gen)
-        noise = noise.clamp_(1e-10, 1.0 - 1e-7).to(logits.device)
+        seeds = torch.tensor([seeds[r] for r in sampled_rows], dtype=torch.long, device=logits.device)
+        index = torch.tensor([token_index[r] for r in sampled_rows], dtype=torch.long, device=logits.device)
+        noise = uniform_noise(seeds, index, vocab)
         gumbel = -(-noise.log()).log()  # G = -log(-log U)
         tokens[idx] = (sub + gumbel).argmax(dim=-1)
     return tokens, logprobs_all.gather(-1, tokens[:, None]).squeeze(-1)

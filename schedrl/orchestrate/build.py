@@ -43,11 +43,20 @@ class Components:
     state: dict[str, Any] = field(default_factory=dict)  # carried in checkpoints (e.g. eval_before)
 
 
+def attn_implementation(cfg: RunConfig, device: torch.device) -> str:
+    if cfg.model.attn_implementation != "auto":
+        return cfg.model.attn_implementation
+    return "eager" if device.type == "cpu" else "sdpa"
+
+
 def _model(cfg: RunConfig, path: str | Path | None, device: torch.device):
     if path is not None:
-        return load_model_and_tokenizer(path, device)
-    tokenizer = build_char_tokenizer()
-    return build_tiny_model(tokenizer, TinyModelConfig(seed=cfg.model.tiny_seed)).to(device), tokenizer
+        model, tokenizer = load_model_and_tokenizer(path, device)
+    else:
+        tokenizer = build_char_tokenizer()
+        model = build_tiny_model(tokenizer, TinyModelConfig(seed=cfg.model.tiny_seed)).to(device)
+    model.set_attn_implementation(attn_implementation(cfg, device))
+    return model, tokenizer
 
 
 def build(cfg: RunConfig, run: RunDir, resume: bool = False) -> Components:

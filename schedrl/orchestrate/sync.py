@@ -80,6 +80,7 @@ def run_eval(c: Components) -> dict[str, float]:
 
 
 def checkpoint(c: Components, step: int) -> None:
+    c.logger.sync()
     save_checkpoint(c.run.ckpt_dir, step, c.model, c.tokenizer, c.learner.state_dict(), c.state)
 
 

@@ -114,17 +114,19 @@ def _is_number(value: object) -> bool:
 class MetricsLogger:
     """Appends one JSON row per ``log`` call to ``metrics.jsonl`` and mirrors numbers to TensorBoard.
 
-    Each row is flushed and fsynced, so a SIGKILL loses at most the row being written. With
-    ``resume_step`` (the step of the checkpoint resumed from), rows with a later step and a torn last
-    line are removed first, and TensorBoard events from step ``resume_step + 1`` on are purged.
+    Each row is flushed (a crash of the process loses at most the row being written); ``sync()``
+    fsyncs, and runs before every checkpoint, so the rows a checkpoint covers survive a machine
+    crash too. With ``resume_step`` (the step of the checkpoint resumed from; -1 when none was
+    written), rows with a later step and a torn last line are removed first, and TensorBoard events
+    from step ``resume_step + 1`` on are purged.
     """
 
     def __init__(self, run: RunDir, resume_step: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter  # heavy import, only when logging
 
         if resume_step is not None:
-            if resume_step < 0:
-                raise ValueError(f"MetricsLogger: resume_step must be >= 0; got resume_step={resume_step}")
+            if resume_step < -1:
+                raise ValueError(f"MetricsLogger: resume_step must be >= -1; got resume_step={resume_step}")
             _truncate_after(run.metrics_path, resume_step)
         self.run = run
         run.root.mkdir(parents=True, exist_ok=True)
@@ -146,13 +148,17 @@ class MetricsLogger:
             raise ValueError(f"MetricsLogger.log: 'step' is reserved; got metrics key {prefix}step")
         self._file.write(json.dumps({"step": step, **row}) + "\n")
         self._file.flush()
-        os.fsync(self._file.fileno())
         for tag, value in row.items():
             if _is_number(value):
                 self._writer.add_scalar(tag, value, global_step=step)
 
     def flush(self) -> None:
         """Push pending TensorBoard events to disk (the JSON rows are already there)."""
+        self._writer.flush()
+
+    def sync(self) -> None:
+        """fsync the rows written so far and flush TensorBoard: call before writing a checkpoint."""
+        os.fsync(self._file.fileno())
         self._writer.flush()
 
     def close(self) -> None:
