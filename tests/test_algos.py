@@ -257,7 +257,9 @@ def test_registry(monkeypatch):
     assert get("loss", "grpo") is grpo_loss
     assert get("loss", "ppo_clip") is ppo_clip_loss
     assert set(available("loss")) >= {"grpo", "ppo_clip"} and "grpo" in available("advantage")
-    with pytest.raises(ValueError, match=r"unknown loss 'dpo'; valid: grpo, ppo_clip"):
+    with pytest.raises(
+        ValueError, match=r"unknown loss 'dpo'; valid: cispo, dapo, drgrpo, grpo, gspo, ppo_clip"
+    ):
         get("loss", "dpo")
     with pytest.raises(ValueError, match="valid: advantage, loss"):
         get("reward", "grpo")

@@ -112,8 +112,10 @@ class Learner:
                 clip_eps=self.algo.clip_eps, clip_eps_high=self.algo.clip_eps_high, agg=self.algo.loss_agg,
                 ref_logp=ref, kl_coef=self.algo.kl_coef, kl_estimator=self.algo.kl_estimator,
             )  # fmt: skip
-            entropy = masked_mean(entropy_from_logits(logits.detach() if not self.algo.entropy_coef else logits),
-                                  mb.mask, self.algo.loss_agg)  # fmt: skip
+            bonus_logits = (
+                logits if self.algo.entropy_coef else logits.detach()
+            )  # grad only when it is a bonus
+            entropy = masked_mean(entropy_from_logits(bonus_logits), mb.mask, self.algo.loss_agg)
             if self.algo.entropy_coef:
                 loss = loss - self.algo.entropy_coef * entropy
             # Each micro-batch's mean is weighted by its share of the minibatch.
