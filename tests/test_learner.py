@@ -76,3 +76,19 @@ def test_kl_to_an_identical_reference_is_zero(default_model):
     assert abs(stats["kl"]) < 1e-6
     stats = learner.update(batch, adv, 1)
     assert stats["kl"] > 0  # the policy moved away from the frozen reference
+
+
+@pytest.mark.parametrize("name", ["grpo", "dapo", "gspo", "cispo"])
+def test_registered_losses_train_through_the_learner(default_model, name):
+    after, _, stats = params_after(default_model, OptimConfig(), AlgoConfig(name=name))
+    before = torch.nn.utils.parameters_to_vector(default_model.parameters()).detach()
+    assert torch.isfinite(torch.tensor(stats[0]["loss"])) and not torch.allclose(after, before)
+
+
+def test_a_loss_the_learner_cannot_drive_is_a_clear_error(default_model):
+    with pytest.raises(
+        ValueError, match=r"algo.name='drgrpo': .* does not take agg; pick one of: cispo, dapo"
+    ):
+        Learner(copy.deepcopy(default_model), OptimConfig(), AlgoConfig(name="drgrpo"), 10)
+    with pytest.raises(ValueError, match="unknown loss 'nope'"):
+        Learner(copy.deepcopy(default_model), OptimConfig(), AlgoConfig(name="nope"), 10)

@@ -39,9 +39,7 @@ class StepLayout:
     pre_tok: torch.Tensor | None = None  # (Bp, Lq) packed indices of multi-token rows, padded
     pre_src: torch.Tensor | None = None  # real query positions in the flattened (Bp * Lq) block ...
     pre_dst: torch.Tensor | None = None  # ... and the packed index each one writes back to
-    pre_slot: torch.Tensor | None = None  # (Bp,)
-    pre_mask: torch.Tensor | None = None  # (Bp, 1, Lq, Lk) additive causal mask over the slot's keys
-    pre_fresh: bool = False  # every multi-token row starts at position 0 (Lk == Lq)
+    pre_mask: torch.Tensor | None = None  # (Bp, 1, Lq, Lq) additive causal mask
 
 
 def packed_attention(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
@@ -76,12 +74,9 @@ def packed_attention(module, query, key, value, attention_mask=None, scaling=Non
             )
             out[layout.dec_tok] = o[:, :, 0]
     if layout.pre_tok is not None:
+        # Multi-token rows are whole prompts starting at position 0: their keys are this step's keys.
         qp = q[layout.pre_tok].transpose(1, 2)  # (Bp, H, Lq, D)
-        if layout.pre_fresh:  # rows start at position 0: their keys are this step's keys
-            kp, vp = key[0][:, layout.pre_tok].transpose(0, 1), value[0][:, layout.pre_tok].transpose(0, 1)
-        else:
-            length = layout.pre_mask.shape[-1]
-            kp, vp = kc[layout.pre_slot, :, :length], vc[layout.pre_slot, :, :length]
+        kp, vp = key[0][:, layout.pre_tok].transpose(0, 1), value[0][:, layout.pre_tok].transpose(0, 1)
         o = F.scaled_dot_product_attention(
             qp, kp, vp, attn_mask=layout.pre_mask, scale=scaling, enable_gqa=gqa
         )

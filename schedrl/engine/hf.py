@@ -254,8 +254,8 @@ class HFEngine:
                 dec_tok.append(start)
                 dec_slot.append(seq.slot)
                 dec_pos.append(seq.n_cached)
-            else:
-                pre_rows.append((start, len(new), seq.slot, seq.n_cached))
+            else:  # only a newly admitted request has more than one pending token
+                pre_rows.append((start, len(new)))
         dev = self.device
         layout = StepLayout(self._cache, torch.tensor(slots, device=dev), torch.tensor(pos, device=dev))
         mask_dtype = self._cache[0][0].dtype
@@ -273,22 +273,19 @@ class HFEngine:
             else:
                 row_pos = torch.tensor(dec_pos, device=dev)
             layout.dec_mask = _additive(keys[None, :] <= row_pos[:, None], mask_dtype)[:, None, None, :]
-        if pre_rows:
-            lq = max(n for _, n, _, _ in pre_rows)
-            lk = max(p + n for _, n, _, p in pre_rows)
+        if pre_rows:  # whole prompts (plus any resumed prefix), each starting at position 0
+            lq = max(n for _, n in pre_rows)
             tok, src, dst = [], [], []
-            for r, (start, n, _, _) in enumerate(pre_rows):
+            for r, (start, n) in enumerate(pre_rows):
                 tok += [*range(start, start + n), *[start] * (lq - n)]  # padded with a real index
                 src += range(r * lq, r * lq + n)
                 dst += range(start, start + n)
             layout.pre_tok = torch.tensor(tok, device=dev).view(len(pre_rows), lq)
             layout.pre_src, layout.pre_dst = torch.tensor(src, device=dev), torch.tensor(dst, device=dev)
-            layout.pre_slot = torch.tensor([s for _, _, s, _ in pre_rows], device=dev)
-            first = torch.tensor([p for _, _, _, p in pre_rows], device=dev)
-            qpos = first[:, None] + torch.arange(lq, device=dev)[None, :]  # (Bp, Lq) position of each query
-            mask = torch.arange(lk, device=dev)[None, None, :] <= qpos[:, :, None]
-            layout.pre_mask = _additive(mask, mask_dtype)[:, None]
-            layout.pre_fresh = lk == lq and all(p == 0 for _, _, _, p in pre_rows)
+            offs = torch.arange(lq, device=dev)
+            layout.pre_mask = _additive(offs[None, :] <= offs[:, None], mask_dtype)[
+                None, None
+            ]  # (1, 1, Lq, Lq)
         as_t = lambda x: torch.tensor(x, device=dev)[None]  # noqa: E731
         return as_t(ids), as_t(pos), torch.tensor(last, device=dev), layout
 

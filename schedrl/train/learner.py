@@ -8,6 +8,7 @@ pure function looked up by name in `schedrl.algos`.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import math
 from collections import defaultdict
@@ -21,6 +22,17 @@ from schedrl.train.batch import TokenBatch
 from schedrl.train.schedules import make_schedule
 
 log = logging.getLogger(__name__)
+
+
+_LOSS_KWARGS = ("clip_eps", "clip_eps_high", "agg", "ref_logp", "kl_coef", "kl_estimator")
+
+
+def _learner_losses() -> list[str]:
+    """Registered losses that take every keyword the learner passes."""
+    return [
+        name for name in registry.available("loss")
+        if all(k in inspect.signature(registry.get("loss", name)).parameters for k in _LOSS_KWARGS)
+    ]  # fmt: skip
 
 
 class NonFiniteLossError(RuntimeError):
@@ -44,6 +56,13 @@ class Learner:
         self.seed = seed
         self.device = next(model.parameters()).device
         self.loss_fn = registry.get("loss", algo.name)
+        accepted = inspect.signature(self.loss_fn).parameters
+        missing = [k for k in _LOSS_KWARGS if k not in accepted]
+        if missing:
+            raise ValueError(
+                f"algo.name={algo.name!r}: the learner passes {', '.join(_LOSS_KWARGS)} to the loss, and this "
+                f"loss does not take {', '.join(missing)}; pick one of: {', '.join(_learner_losses())}"
+            )
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay
         )
