@@ -140,6 +140,21 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    """List registered components with their one-line descriptions."""
+    from schedrl.algos import registry
+
+    kinds = {"algos": ("loss", "advantage")}[args.what]
+    table = Table(title=f"registered {args.what}")
+    for col in ("kind", "name", "description"):
+        table.add_column(col)
+    for kind in kinds:
+        for name, description in sorted(registry.available(kind).items()):
+            table.add_row(kind, name, description)
+    console.print(table, soft_wrap=True)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="schedrl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -156,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("path")
     tiny.add_argument("--seed", type=int, default=0)
     tiny.set_defaults(fn=cmd_make_tiny)
+    listing = sub.add_parser("list", help=cmd_list.__doc__)
+    listing.add_argument("what", choices=("algos",))
+    listing.set_defaults(fn=cmd_list)
     tasks = sub.add_parser("tasks", help="show sample tasks of a built-in task")
     tasks.add_argument("name")
     tasks.add_argument("--split", default="train", choices=("train", "eval"))

@@ -42,3 +42,13 @@ def test_bad_arguments_exit_nonzero(argv):
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code != 0
+
+
+def test_list_algos_shows_every_registered_name(capsys):
+    from schedrl.algos import registry
+
+    assert main(["list", "algos"]) == 0
+    out = capsys.readouterr().out
+    for kind in ("loss", "advantage"):
+        for name, description in registry.available(kind).items():
+            assert name in out and description.split()[0] in out
