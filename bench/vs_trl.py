@@ -40,7 +40,7 @@ from schedrl.train.sft import sft_warmup
 WORKLOADS = {
     "addition": {"task": {"name": "addition", "args": {"min_digits": 1, "max_digits": 1}}, "max_new_tokens": 8,
                  "steps": 300, "sft_steps": 30},
-    "longtail": {"task": {"name": "longtail", "args": {}}, "max_new_tokens": 50, "steps": 100, "sft_steps": 60},
+    "longtail": {"task": {"name": "longtail", "args": {}}, "max_new_tokens": 50, "steps": 100, "sft_steps": 200},
 }  # fmt: skip
 G, PROMPTS, LR, TEMPERATURE = 8, 16, 3e-4, 1.0
 WINDOW = 20
