@@ -139,12 +139,12 @@ def cmd_sft(args: argparse.Namespace) -> int:
     """Supervised warm-up only; saves the model to --out."""
     from schedrl.envs import make_task
     from schedrl.models import default_device
-    from schedrl.orchestrate.build import _model
+    from schedrl.orchestrate.build import load_policy
     from schedrl.train.sft import sft_warmup
 
     _quiet()
     cfg = load_config(args.config, args.set)
-    model, tokenizer = _model(cfg, cfg.model.path, default_device())
+    model, tokenizer = load_policy(cfg, cfg.model.path, default_device())
     source = make_task(cfg.task.name, **cfg.task.args)
     with progress_bar(0, cfg.sft.steps) as (on_sft, _):
         losses = sft_warmup(model, tokenizer, source, cfg.sft, cfg.seed,

@@ -49,7 +49,7 @@ def attn_implementation(cfg: RunConfig, device: torch.device) -> str:
     return "eager" if device.type == "cpu" else "sdpa"
 
 
-def _model(cfg: RunConfig, path: str | Path | None, device: torch.device):
+def load_policy(cfg: RunConfig, path: str | Path | None, device: torch.device):
     if path is not None:
         model, tokenizer = load_model_and_tokenizer(path, device)
     else:
@@ -63,12 +63,12 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False) -> Components:
     torch.manual_seed(cfg.seed)
     device = default_device()
     ckpt = latest_checkpoint(run.ckpt_dir) if resume else None
-    model, tokenizer = _model(cfg, ckpt / "model" if ckpt else cfg.model.path, device)
+    model, tokenizer = load_policy(cfg, ckpt / "model" if ckpt else cfg.model.path, device)
     source = make_task(cfg.task.name, **cfg.task.args)
     ref_model = None
     if cfg.algo.kl_coef > 0:
         ref_path = run.root / REF_MODEL_DIR
-        ref_model = _model(cfg, ref_path, device)[0] if ckpt else copy.deepcopy(model)
+        ref_model = load_policy(cfg, ref_path, device)[0] if ckpt else copy.deepcopy(model)
         ref_model.eval().requires_grad_(False)
     learner = Learner(model, cfg.optim, cfg.algo, cfg.steps, cfg.sampling.temperature, ref_model, cfg.seed)
     start_step, state = None, {}
