@@ -9,6 +9,8 @@ evaluated by the same evaluator on the held-out split.
     pip install -e '.[bench]'
     python bench/vs_trl.py                       # both workloads, 3 seeds
     python bench/vs_trl.py --workloads addition --seeds 1 --steps 20   # a quick look
+    python bench/vs_trl.py --workloads longtail --schedrl-set pipeline.mode=async \
+        --schedrl-set pipeline.max_staleness=2 --schedrl-set algo.correction=decoupled   # a schedule vs TRL
 
 Time to target: the target reward of a workload is 0.9 x the lower of the two systems' final
 reward (mean of the last 20 steps, median over seeds), so both reach it; the time is the wall-clock
@@ -65,14 +67,14 @@ def task_stream(workload: dict, seed: int, steps: int) -> list[Task]:
     return [t for k in range(steps) for t in source.sample("train", PROMPTS, derive_seed(seed, "data", k))]
 
 
-def run_schedrl(start: Path, workload: dict, seed: int, steps: int, work: Path) -> dict:
+def run_schedrl(start: Path, workload: dict, seed: int, steps: int, work: Path, overrides=()) -> dict:
     cfg = config_from_dict({
         "seed": seed, "steps": steps, "save_every": 0, "out_dir": str(work), "name": "schedrl",
         "model": {"path": str(start)}, "task": workload["task"],
         "sampling": {"prompts_per_step": PROMPTS, "group_size": G, "max_new_tokens": workload["max_new_tokens"],
                      "temperature": TEMPERATURE},
         "optim": {"lr": LR}, "sft": {"steps": 0}, "eval": {"tasks": 0},
-    })  # fmt: skip
+    }, list(overrides))  # fmt: skip
     times, rewards, tokens = [], [], []
 
     def on_step(step: int, m: dict) -> None:
@@ -192,6 +194,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=None, help="override the steps of every workload")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--plot", default="docs/vs_trl.png")
+    ap.add_argument("--schedrl-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override schedrl's config, e.g. pipeline.mode=async (a schedule to compare)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from transformers.utils import logging as hf_logging
@@ -208,8 +212,11 @@ def main() -> None:
             start = sft_start(workload, seed, work / "start")
             order = ("trl", "schedrl") if seed % 2 == 0 else ("schedrl", "trl")  # alternate who runs first
             for system in order:
-                runner = run_trl if system == "trl" else run_schedrl
-                summary = summarize(runner(start, workload, seed, steps, work), workload, seed)
+                if system == "trl":
+                    out = run_trl(start, workload, seed, steps, work)
+                else:
+                    out = run_schedrl(start, workload, seed, steps, work, args.schedrl_set)
+                summary = summarize(out, workload, seed)
                 results[name][system].append(summary)
                 print(f"{name} seed {seed} {system:8s} {summary['steps_per_s']:.2f} steps/s "
                       f"{summary['gen_tokens_per_s']:.0f} tok/s  final reward {summary['final_reward']:.3f}  "

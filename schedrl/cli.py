@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import (
@@ -155,6 +156,16 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """Draw a run's timeline (timeline.png, timeline.html) and print each worker's idle fraction."""
+    from schedrl.report import format_fractions, write_report
+
+    fractions = write_report(args.run_dir)
+    console.print(format_fractions(fractions))
+    console.print(f"timeline: {Path(args.run_dir) / 'timeline.png'} and {Path(args.run_dir) / 'timeline.html'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="schedrl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -180,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_argument("-n", type=int, default=8)
     tasks.add_argument("--seed", type=int, default=0)
     tasks.set_defaults(fn=cmd_tasks)
+    report = sub.add_parser("report", help=cmd_report.__doc__)
+    report.add_argument("run_dir")
+    report.set_defaults(fn=cmd_report)
     return parser
 
 

@@ -51,7 +51,8 @@ class SamplingConfig:
 class EngineSection:
     max_concurrency: int = 256  # requests in the engine's running batch
     max_batched_tokens: int = 8192  # tokens per engine forward
-    admission: str = "fcfs"  # admission policy name
+    admission: str = "fcfs"  # admission policy: fcfs, priority, static, lpt, spt, fcfs_guarded, past_future
+    admission_args: dict[str, Any] = field(default_factory=dict)  # its arguments, e.g. {predictor: sibling}
 
 
 @dataclass
@@ -65,6 +66,28 @@ class AlgoConfig:
     kl_coef: float = 0.0  # weight of the KL penalty to the frozen initial policy; 0 = off
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"  # KL estimator
     entropy_coef: float = 0.0  # entropy bonus weight
+    correction: Literal["none", "decoupled", "tis", "cross_stage"] = "none"  # off-policy correction
+    is_cap: float = 2.0  # cap C of the importance weights of a correction; >= 1, .inf = no cap
+    gae_gamma: float = 1.0  # GAE discount (losses with a value head: ppo)
+    gae_lambda: float = 0.95  # GAE lambda (ppo)
+    vf_coef: float = 0.1  # weight of the value loss (losses with a value head: ppo, sao)
+    vf_clip: float | None = 0.2  # clip range of the value around the old value (ppo); None = no clipping
+    rover_temp: float = 1.0  # rho of rover: Q = rho * log(pi_theta / pi_old)
+    pacs_beta: float = 1.0  # beta of pacs: score = beta * log(pi_theta / pi_old) of the sequence
+
+    def __post_init__(self) -> None:
+        if not self.is_cap >= 1.0:
+            raise ConfigError(f"config field 'algo.is_cap' must be >= 1, got {self.is_cap!r}")
+        for name in ("gae_gamma", "gae_lambda"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ConfigError(f"config field 'algo.{name}' must be in [0, 1], got {value!r}")
+        for name in ("rover_temp", "pacs_beta"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"config field 'algo.{name}' must be > 0, got {getattr(self, name)!r}")
+        if self.vf_coef < 0 or (self.vf_clip is not None and self.vf_clip < 0):
+            bad = "vf_coef" if self.vf_coef < 0 else "vf_clip"
+            raise ConfigError(f"config field 'algo.{bad}' must be >= 0, got {getattr(self, bad)!r}")
 
 
 @dataclass
@@ -97,6 +120,31 @@ class EvalConfig:
 
 
 @dataclass
+class PipelineConfig:
+    mode: Literal["sync", "async"] = "sync"  # sync: one process, generate then train; async: engine and learner overlap
+    backend: Literal["ray", "local"] = "ray"  # async workers: Ray actors, or serially in this process (debugging)
+    max_staleness: int | Literal["auto"] = 0  # k: trained-on tokens are at most k versions old; auto adapts k
+    staleness_min: int = 0  # auto: lower bound of k
+    staleness_max: int = 4  # auto: upper bound of k
+    auto_low: float = 0.002  # auto: grow k while the behaviour-vs-learner KL stays below this
+    auto_high: float = 0.01  # auto: shrink k when the KL goes above this
+    stale: Literal["drop", "mask"] = "drop"  # tokens beyond k: drop their sample, or keep them as context only
+    inflight_weight_updates: bool = False  # engines take new weights between decode steps (PipelineRL)
+    partial_rollouts: bool = False  # train on the first complete groups; unfinished ones resume later (APRIL)
+    overprovision: float = 1.0  # partial rollouts: groups in flight per step's worth, as a factor >= 1
+    engine_chunk_steps: int = 8  # engine steps per call between the loop's bookkeeping
+    ray_address: str | None = None  # join this Ray cluster; None starts a local one
+    engine_cpus: int = 1  # cores (and torch threads) of the engine actor
+    learner_cpus: int = 1  # cores (and torch threads) of the learner actor
+
+
+@dataclass
+class DataConfig:
+    scheduler: str = "uniform"  # data scheduler: which tasks each step trains on, how many samples each
+    args: dict[str, Any] = field(default_factory=dict)  # its arguments, e.g. {pool_size: 512}
+
+
+@dataclass
 class RunConfig:
     seed: int = 0  # seeds data, sampling and initialisation
     steps: int = 300  # RL training steps
@@ -113,6 +161,8 @@ class RunConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    data: DataConfig = field(default_factory=DataConfig)
 
 
 # Fields that must be > 0 or >= 0, by dotted name.
@@ -130,6 +180,11 @@ _NON_NEGATIVE = {
 
 
 def _type_name(tp: Any) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in args)
+    if origin is Literal:
+        return " or ".join(map(repr, args))
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
@@ -202,6 +257,9 @@ def _validate(cfg: RunConfig) -> None:
             raise ConfigError(f"config field '{dotted}' must be > 0, got {obj!r}")
         if dotted in _NON_NEGATIVE and obj < 0:
             raise ConfigError(f"config field '{dotted}' must be >= 0, got {obj!r}")
+    _validate_pipeline(cfg.pipeline, cfg.algo)
+    _validate_admission(cfg.engine)
+    _validate_data(cfg)
     if not 0 < cfg.sampling.top_p <= 1:
         raise ConfigError(f"config field 'sampling.top_p' must be in (0, 1], got {cfg.sampling.top_p!r}")
     if cfg.sampling.prompts_per_step * cfg.sampling.group_size < cfg.optim.minibatches:
@@ -209,6 +267,55 @@ def _validate(cfg: RunConfig) -> None:
             f"config field 'optim.minibatches' ({cfg.optim.minibatches}) exceeds the samples per step "
             f"({cfg.sampling.prompts_per_step * cfg.sampling.group_size})"
         )
+
+
+def _validate_admission(e: EngineSection) -> None:
+    from schedrl.engine.admission import admission_names, make_admission
+
+    if e.admission not in admission_names():
+        raise ConfigError(f"config field 'engine.admission' must be one of {', '.join(admission_names())}, "
+                          f"got {e.admission!r}")  # fmt: skip
+    try:
+        make_admission(e.admission, **e.admission_args)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"config field 'engine.admission_args' ({e.admission_args!r}): {err}") from None
+
+
+def _validate_data(cfg: RunConfig) -> None:
+    from schedrl.data import SCHEDULERS, DataContext, make_scheduler
+
+    d = cfg.data
+    if d.scheduler not in SCHEDULERS:
+        raise ConfigError(f"config field 'data.scheduler' must be one of {', '.join(sorted(SCHEDULERS))}, "
+                          f"got {d.scheduler!r}")  # fmt: skip
+    try:  # builds nothing heavy: a scheduler reads its task source only when first asked for a batch
+        make_scheduler(d.scheduler, DataContext(None, cfg.seed, cfg.sampling.group_size, cfg.steps), **d.args)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"config field 'data.args' ({d.args!r}): {err}") from None
+
+
+def _validate_pipeline(p: PipelineConfig, algo: AlgoConfig) -> None:
+    off_policy = p.max_staleness != 0 or p.partial_rollouts or p.inflight_weight_updates
+    if p.mode == "async" and off_policy and algo.correction == "none":
+        raise ConfigError(
+            "config field 'algo.correction' is 'none', but pipeline settings (max_staleness="
+            f"{p.max_staleness!r}, partial_rollouts={p.partial_rollouts}, inflight_weight_updates="
+            f"{p.inflight_weight_updates}) train on tokens from older weights; choose 'decoupled', 'tis' or "
+            "'cross_stage' so they are corrected"
+        )
+    if p.max_staleness != "auto" and p.max_staleness < 0:
+        raise ConfigError(f"config field 'pipeline.max_staleness' must be >= 0 or 'auto', got {p.max_staleness!r}")
+    if not 0 <= p.staleness_min <= p.staleness_max:
+        raise ConfigError(f"config fields 'pipeline.staleness_min' and 'pipeline.staleness_max' need "
+                          f"0 <= min <= max, got {p.staleness_min!r} and {p.staleness_max!r}")  # fmt: skip
+    if not 0 <= p.auto_low < p.auto_high:
+        raise ConfigError(f"config fields 'pipeline.auto_low' and 'pipeline.auto_high' need 0 <= low < high, "
+                          f"got {p.auto_low!r} and {p.auto_high!r}")  # fmt: skip
+    if p.overprovision < 1:
+        raise ConfigError(f"config field 'pipeline.overprovision' must be >= 1, got {p.overprovision!r}")
+    for name in ("engine_chunk_steps", "engine_cpus", "learner_cpus"):
+        if getattr(p, name) <= 0:
+            raise ConfigError(f"config field 'pipeline.{name}' must be > 0, got {getattr(p, name)!r}")
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

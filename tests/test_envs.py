@@ -216,7 +216,7 @@ def test_make_task_errors() -> None:
         make_task("longtail", long_weight=-1)
     with pytest.raises(ValueError, match=r"'countdown'.*max_number"):
         make_task("countdown", max_number=10**7)
-    assert set(TASKS) == {"addition", "sort", "reverse", "countdown", "longtail", "file"}
+    assert set(TASKS) == {"addition", "sort", "reverse", "countdown", "longtail", "file", "tiered"}
 
 
 # ---- user files --------------------------------------------------------------------------------

@@ -87,8 +87,14 @@ def test_registered_losses_train_through_the_learner(default_model, name):
 
 def test_a_loss_the_learner_cannot_drive_is_a_clear_error(default_model):
     with pytest.raises(
-        ValueError, match=r"algo.name='drgrpo': .* does not take agg; pick one of: cispo, dapo"
+        ValueError,
+        match=r"algo.name='drgrpo': .* does not take agg, so algo.loss_agg='seq_mean' cannot apply; "
+        r"pick one of: cispo, dapo, grpo, gspo",
     ):
-        Learner(copy.deepcopy(default_model), OptimConfig(), AlgoConfig(name="drgrpo"), 10)
+        Learner(
+            copy.deepcopy(default_model), OptimConfig(), AlgoConfig(name="drgrpo", loss_agg="seq_mean"), 10
+        )
+    with pytest.raises(ValueError, match=r"algo.name='ppo_clip': .* takes no ref_logp, so algo.kl_coef=0.1"):
+        Learner(copy.deepcopy(default_model), OptimConfig(), AlgoConfig(name="ppo_clip", kl_coef=0.1), 10)
     with pytest.raises(ValueError, match="unknown loss 'nope'"):
         Learner(copy.deepcopy(default_model), OptimConfig(), AlgoConfig(name="nope"), 10)

@@ -70,3 +70,20 @@ def group_advantages(
     r = rewards.detach().to(mean.dtype)
     adv = r - mean  # r_i - mean_g(r)
     return adv / (std + eps) if std_normalize else adv
+
+
+@register(
+    "advantage", "reward", "the raw reward, no baseline: for losses that bring their own (ppo, sao, pacs)"
+)
+def raw_reward(
+    rewards: Tensor, group_index: Tensor, *, std_normalize: bool = True, eps: float = 1e-4
+) -> Tensor:
+    """A_i = r_i, as float and detached.  rewards, group_index: (N,) -> (N,).
+
+    For losses whose baseline is not a group statistic: PPO's value head with GAE, SAO's value of the
+    prompt, PACS's reward-as-label. ``std_normalize`` and ``eps`` are accepted for the estimator contract
+    and ignored: any scaling would change PACS's labels or the critics' targets.
+    """
+    _check(rewards, group_index)
+    r = rewards.detach()
+    return r if r.is_floating_point() else r.float()

@@ -1,9 +1,9 @@
 """PPO with a learned value function: token-level GAE and the clipped value loss.
 
-Neither fits a registry contract (an advantage estimator takes ``(rewards, group_index)`` per sample, a
-loss ``(logp, old_logp, adv, mask)``): GAE needs per-token rewards and values, the value loss has no
-log-probs. Both are exported plainly. The policy side of PPO is ``ppo_clip_loss`` fed the (B, T)
-advantages from ``gae``.
+GAE does not fit the advantage contract (``(rewards, group_index)`` per sample): it needs per-token
+rewards and values, so it is exported plainly, and the learner calls ``ppo_advantages`` itself when the
+loss takes ``returns``. The registered ``ppo`` loss is PPO-clip on those token advantages plus the
+clipped value loss; the value head is ``schedrl.train.value_head.ValueHead``.
 
 Shapes: B sequences, T tokens; ``mask`` (B, T) is 1 on completion tokens (the actions), 0 elsewhere.
 
@@ -18,7 +18,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from schedrl.algos.losses import masked_mean
+from schedrl.algos.losses import grpo_loss, masked_mean
+from schedrl.algos.registry import register
 
 
 def _float(x: Tensor) -> Tensor:
@@ -108,3 +109,93 @@ def value_loss(
             "value_mean": masked_mean(v, m).item(),
         }
     return loss, stats
+
+
+def terminal_rewards(scores: Tensor, mask: Tensor) -> Tensor:
+    """Put each sequence's outcome score on its last valid token.  scores (B,), mask (B, T) -> (B, T).
+
+    r_t = score_i if t is the last t with mask_it = 1, else 0. Rows without tokens get all zeros.
+    """
+    if scores.shape != mask.shape[:1]:
+        raise ValueError(f"scores must be (B,) for mask {tuple(mask.shape)}; got {tuple(scores.shape)}")
+    m = mask.bool()
+    t = torch.arange(m.shape[1], device=m.device)
+    last = torch.where(m, t, -1).max(dim=-1).values  # (B,), -1 for an empty row
+    onehot = (t[None, :] == last[:, None]) & m  # (B, T)
+    return torch.where(onehot, _float(scores).to(torch.get_default_dtype())[:, None], 0.0)
+
+
+def whiten(x: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
+    """(x - mean) / (std + eps) over the masked entries of x (B, T), 0 on padding; std is unbiased."""
+    m = mask.bool()
+    vals = x[m]
+    if vals.numel() < 2:
+        return x.masked_fill(~m, 0.0) * 0.0
+    return ((x - vals.mean()) / (vals.std() + eps)).masked_fill(~m, 0.0)
+
+
+def ppo_advantages(
+    scores: Tensor,
+    values: Tensor,
+    mask: Tensor,
+    gamma: float = 1.0,
+    lam: float = 0.95,
+    normalize: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """Token advantages and returns of PPO for outcome rewards.  scores (B,), values/mask (B, T).
+
+    r = terminal_rewards(scores, mask);  A, R = gae(r, V, mask, gamma, lam);  A <- whiten(A) if normalize
+
+    Whitening over the batch's tokens is the PPO default of CleanRL (``norm_adv``) and of LLM PPO
+    implementations; the value target R is the un-whitened lambda-return.
+    """
+    adv, returns = gae(terminal_rewards(scores, mask).to(values.dtype), values, mask, gamma, lam)
+    return (whiten(adv, mask) if normalize else adv), returns
+
+
+@register("loss", "ppo", "PPO-clip on GAE token advantages + vf_coef * clipped value loss (value head)")
+def ppo_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    *,
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    vf_coef: float = 0.1,
+    vf_clip: float | None = 0.2,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+    agg: str = "token_mean",
+    ref_logp: Tensor | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k3",
+) -> tuple[Tensor, dict[str, float]]:
+    """PPO with a learned critic (Schulman et al. 2017, Eq. 9 without the entropy term):
+
+    L = agg(-min(rho_t A_t, clip(rho_t) A_t)) + c_v * 0.5 agg(max((V_t - R_t)^2, (V_clip,t - R_t)^2))
+        (+ beta agg(KL_t))
+
+    ``adv`` (B, T) are the GAE advantages and ``returns`` the lambda-returns of ``ppo_advantages``,
+    computed from ``old_values`` (the critic before this step's update, a constant); ``values`` is the
+    critic now and carries grad. c_v = vf_coef, the clip of V is ``vf_clip`` (None: no clipping). The
+    entropy bonus lives in the learner. Simplified relative to InstructGPT-style RLHF PPO: the KL to the
+    reference is a loss term (kl_coef) rather than a per-token reward.
+
+    Stats: those of ``grpo_loss`` plus ``vf_loss``, ``vf_clipfrac``, ``value_mean``.
+    """
+    if vf_coef < 0:
+        raise ValueError(f"vf_coef must be >= 0; got {vf_coef}")
+    if adv.shape != logp.shape:
+        raise ValueError(
+            f"ppo_loss needs token advantages (B, T) = {tuple(logp.shape)}; got {tuple(adv.shape)}"
+        )
+    loss, stats = grpo_loss(
+        logp, old_logp, adv, mask, clip_eps=clip_eps, clip_eps_high=clip_eps_high, agg=agg,
+        ref_logp=ref_logp, kl_coef=kl_coef, kl_estimator=kl_estimator,
+    )  # fmt: skip
+    v_loss, v_stats = value_loss(values, old_values, returns, mask, clip_range=vf_clip, agg=agg)
+    stats |= v_stats
+    stats["vf_loss"] = v_loss.item()
+    return loss + vf_coef * v_loss, stats

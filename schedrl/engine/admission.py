@@ -24,7 +24,11 @@ class AdmissionPolicy(Protocol):
         """
 
 
-def _take_in_order(
+# A policy may also define `bind(engine)`: the engine calls it once, and the policy may chain
+# onto the engine's `on_token` / `on_finish` callbacks to follow the running batch.
+
+
+def take_in_order(
     order: Sequence[int], waiting: Sequence[Request], free_slots: int, budget: int
 ) -> list[int]:
     """Admit in `order` until a slot or the token budget runs out; never skip ahead."""
@@ -44,7 +48,7 @@ class FCFS:
     def select(
         self, waiting: Sequence[Request], *, free_slots: int, token_budget: int, num_running: int
     ) -> list[int]:
-        return _take_in_order(range(len(waiting)), waiting, free_slots, token_budget)
+        return take_in_order(range(len(waiting)), waiting, free_slots, token_budget)
 
 
 class Priority:
@@ -54,7 +58,7 @@ class Priority:
         self, waiting: Sequence[Request], *, free_slots: int, token_budget: int, num_running: int
     ) -> list[int]:
         order = sorted(range(len(waiting)), key=lambda i: -waiting[i].priority)
-        return _take_in_order(order, waiting, free_slots, token_budget)
+        return take_in_order(order, waiting, free_slots, token_budget)
 
 
 class StaticBatch:
@@ -68,16 +72,26 @@ class StaticBatch:
     ) -> list[int]:
         if num_running:
             return []
-        return _take_in_order(range(len(waiting)), waiting, free_slots, token_budget)
+        return take_in_order(range(len(waiting)), waiting, free_slots, token_budget)
 
 
 ADMISSION_POLICIES = {"fcfs": FCFS, "priority": Priority, "static": StaticBatch}
 
 
-def make_admission(name: str) -> AdmissionPolicy:
-    try:
+def admission_names() -> list[str]:
+    from schedrl.rollout.policies import ROLLOUT_ADMISSION  # length- and memory-aware policies
+
+    return sorted([*ADMISSION_POLICIES, *ROLLOUT_ADMISSION])
+
+
+def make_admission(name: str, **kwargs) -> AdmissionPolicy:
+    """A policy by name; `kwargs` go to the rollout scheduler's policies (the engine's take none)."""
+    if name in ADMISSION_POLICIES:
+        if kwargs:
+            raise ValueError(f"admission policy {name!r} takes no arguments, got {', '.join(sorted(kwargs))}")
         return ADMISSION_POLICIES[name]()
-    except KeyError:
-        raise ValueError(
-            f"unknown admission policy {name!r}; valid: {', '.join(sorted(ADMISSION_POLICIES))}"
-        ) from None
+    from schedrl.rollout.policies import ROLLOUT_ADMISSION, make_rollout_admission
+
+    if name in ROLLOUT_ADMISSION:
+        return make_rollout_admission(name, **kwargs)
+    raise ValueError(f"unknown admission policy {name!r}; valid: {', '.join(admission_names())}")

@@ -42,6 +42,7 @@ class EngineConfig:
     max_model_len: int | None = None  # tokens per sequence (prompt + output); default: the model's context
     admission: str = "fcfs"  # admission policy name when no policy object is given
     seed: int = 0  # seeds requests that carry no seed of their own
+    admission_args: dict = field(default_factory=dict)  # keyword arguments of the named admission policy
 
     def __post_init__(self) -> None:
         for name in ("max_concurrency", "max_batched_tokens"):
@@ -102,8 +103,10 @@ class HFEngine:
         self.model = copy.deepcopy(model).eval()
         self.model.set_attn_implementation(ATTN_NAME)
         self.device = next(self.model.parameters()).device
-        self.admission = admission or make_admission(self.config.admission)
+        self.admission = admission or make_admission(self.config.admission, **self.config.admission_args)
         self.on_token, self.on_finish = on_token, on_finish
+        if hasattr(self.admission, "bind"):  # a policy that follows the running batch chains onto the callbacks
+            self.admission.bind(self)
         self.version = version
         self.eos_ids = _eos_ids(self.model, tokenizer)
         mc = self.model.config

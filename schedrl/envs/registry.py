@@ -11,6 +11,7 @@ from schedrl.envs.base import TaskSource
 from schedrl.envs.countdown import CountdownTask
 from schedrl.envs.digits import ReverseDigitsTask, SortDigitsTask
 from schedrl.envs.longtail import LongtailMix
+from schedrl.envs.tiered import TieredMix
 from schedrl.envs.user import FileTask
 
 TASKS: dict[str, Callable[..., TaskSource]] = {
@@ -19,6 +20,7 @@ TASKS: dict[str, Callable[..., TaskSource]] = {
     "reverse": ReverseDigitsTask,
     "countdown": CountdownTask,
     "longtail": LongtailMix,
+    "tiered": TieredMix,
     "file": FileTask,
 }
 

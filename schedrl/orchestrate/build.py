@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from schedrl.config import RunConfig
+from schedrl.data import DataContext, DataScheduler, make_scheduler
 from schedrl.engine import EngineConfig, HFEngine
 from schedrl.envs import TaskSource, make_task
 from schedrl.envs.scoring import RewardScorer
@@ -41,6 +42,7 @@ class Components:
     logger: MetricsLogger
     start_step: int | None  # None: nothing trained yet (SFT and the first eval come first)
     state: dict[str, Any] = field(default_factory=dict)  # carried in checkpoints (e.g. eval_before)
+    data: DataScheduler | None = None  # picks each step's tasks and group sizes; `build` always sets it
 
 
 def attn_implementation(cfg: RunConfig, device: torch.device) -> str:
@@ -70,7 +72,8 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False) -> Components:
         ref_path = run.root / REF_MODEL_DIR
         ref_model = load_policy(cfg, ref_path, device)[0] if ckpt else copy.deepcopy(model)
         ref_model.eval().requires_grad_(False)
-    learner = Learner(model, cfg.optim, cfg.algo, cfg.steps, cfg.sampling.temperature, ref_model, cfg.seed)
+    learner = Learner(model, cfg.optim, cfg.algo, cfg.steps, cfg.sampling.temperature, ref_model, cfg.seed,
+                      max_new_tokens=cfg.sampling.max_new_tokens)  # fmt: skip
     start_step, state = None, {}
     if ckpt is not None:
         state, trainer_state, rng = load_checkpoint(ckpt)
@@ -82,13 +85,20 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False) -> Components:
         max_concurrency=cfg.engine.max_concurrency,
         max_batched_tokens=cfg.engine.max_batched_tokens,
         admission=cfg.engine.admission,
+        admission_args=dict(cfg.engine.admission_args),
         seed=cfg.seed,
     )
     engine = HFEngine(model, tokenizer, engine_cfg, version=start_step or 0)
     scorer = RewardScorer(source, cfg.max_reward_error_rate)
     # Resuming without a checkpoint restarts from scratch: every logged row is dropped.
     logger = MetricsLogger(run, resume_step=start_step if ckpt else (-1 if resume else None))
-    return Components(cfg, run, model, tokenizer, source, engine, learner, scorer, logger, start_step, state)
+    data = make_scheduler(cfg.data.scheduler, DataContext(source, cfg.seed, cfg.sampling.group_size, cfg.steps),
+                          **cfg.data.args)  # fmt: skip
+    if "data" in state:  # the scheduler's statistics at the checkpoint
+        data.load_state_dict(state.pop("data"))
+    return Components(
+        cfg, run, model, tokenizer, source, engine, learner, scorer, logger, start_step, state, data
+    )
 
 
 def save_ref_model(c: Components) -> None:

@@ -14,10 +14,12 @@ import torch
 
 from schedrl.algos import registry
 from schedrl.config import RunConfig
+from schedrl.data import scored_groups
 from schedrl.orchestrate.build import Components, build, save_ref_model
 from schedrl.orchestrate.evaluate import evaluate
 from schedrl.rollout import group_index, group_requests
 from schedrl.seeding import derive_seed
+from schedrl.timeline import TIMELINE_FILE, Recorder, append_spans
 from schedrl.train.batch import collate
 from schedrl.train.checkpoint import save_checkpoint
 from schedrl.train.run_dir import RunDir, plot_reward_curve, read_metrics
@@ -31,8 +33,9 @@ StepCallback = Callable[[int, dict[str, float]], None]
 def rl_step(c: Components, step: int) -> dict[str, float]:
     """One synchronous step; returns its metrics."""
     cfg, t0 = c.cfg, time.perf_counter()
-    tasks = c.source.sample("train", cfg.sampling.prompts_per_step, derive_seed(cfg.seed, "data", step))
-    requests = group_requests(tasks, c.tokenizer, sampling_params(cfg), cfg.sampling.group_size, seed=cfg.seed,
+    plan = c.data.next_batch(cfg.sampling.prompts_per_step * cfg.sampling.group_size)  # [(task, n_samples)]
+    tasks = [t for t, _ in plan]
+    requests = group_requests(tasks, c.tokenizer, sampling_params(cfg), [n for _, n in plan], seed=cfg.seed,
                               step=step)  # fmt: skip
     samples = c.engine.generate(requests)
     t_gen = time.perf_counter()
@@ -40,6 +43,7 @@ def rl_step(c: Components, step: int) -> dict[str, float]:
     groups = group_index(samples)
     advantage = registry.get("advantage", cfg.algo.advantage)
     adv = advantage(rewards, groups, std_normalize=cfg.algo.std_normalize)
+    c.data.observe(scored_groups(tasks, samples, rewards, adv))
     batch = collate([s.prompt_ids for s in samples], [s.token_ids for s in samples], c.tokenizer.pad_token_id,
                     [s.logprobs for s in samples])  # fmt: skip
     stats = c.learner.update(batch, adv, step)
@@ -81,6 +85,7 @@ def run_eval(c: Components) -> dict[str, float]:
 
 def checkpoint(c: Components, step: int) -> None:
     c.logger.sync()
+    c.state["data"] = c.data.state_dict()
     save_checkpoint(c.run.ckpt_dir, step, c.model, c.tokenizer, c.learner.state_dict(), c.state)
 
 
@@ -111,8 +116,16 @@ def train(
     try:
         if c.start_step is None:
             warm_start(c, on_sft_step)
-        for step in range(c.start_step or 0, cfg.steps):
+        if cfg.pipeline.mode == "async":
+            from schedrl.orchestrate.pipeline import run_pipeline
+
+            run_pipeline(c, on_step)
+        timeline = Recorder("trainer")
+        for step in range(c.start_step or 0, cfg.steps if cfg.pipeline.mode == "sync" else 0):
             metrics = rl_step(c, step)
+            end = time.time()
+            timeline.add("generate", end - metrics["step_s"], end - metrics["step_s"] + metrics["gen_s"])
+            timeline.add("train", end - metrics["step_s"] + metrics["gen_s"], end)
             if step == 0 and metrics["reward_mean"] < cfg.min_start_reward:
                 log.warning("RL starts at mean reward %.3f < min_start_reward=%.3f: GRPO from a start this weak "
                             "tends to collapse onto one constant answer; train longer with SFT (sft.steps) or "
@@ -128,6 +141,7 @@ def train(
                 if done == cfg.steps:
                     c.state["eval_after"] = run_eval(c)
                     c.logger.log(done, {f"eval/{k}": v for k, v in c.state["eval_after"].items()})
+                append_spans(run.root / TIMELINE_FILE, timeline.drain())
                 checkpoint(c, done)
     finally:
         c.logger.close()

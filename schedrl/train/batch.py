@@ -20,6 +20,7 @@ class TokenBatch:
     targets: torch.Tensor  # (B, L-1) input_ids shifted left
     mask: torch.Tensor  # (B, L-1) float, 1 where the target is a completion token
     behaviour_logp: torch.Tensor  # (B, L-1) engine log-probs on completion targets, 0 elsewhere
+    versions: torch.Tensor | None = None  # (B, L-1) long, policy version per completion target, -1 elsewhere
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -33,10 +34,25 @@ class TokenBatch:
             self.targets[idx, : length - 1],
             self.mask[idx, : length - 1],
             self.behaviour_logp[idx, : length - 1],
+            self.versions[idx, : length - 1] if self.versions is not None else None,
         )
 
     def to(self, device: torch.device) -> TokenBatch:
-        return TokenBatch(*(t.to(device) for t in vars(self).values()))
+        return TokenBatch(*(t.to(device) if t is not None else None for t in vars(self).values()))
+
+
+def prompt_groups(batch: TokenBatch) -> torch.Tensor:
+    """Group label (B,) per row: rows with the same prompt tokens (those before the completion) share one.
+
+    Labels count from 0 in order of first appearance; two tasks with identical prompts share a group.
+    """
+    first = batch.mask.bool().to(torch.int8).argmax(dim=-1)  # first completion target = len(prompt) - 1
+    labels: dict[tuple[int, ...], int] = {}
+    out = [
+        labels.setdefault(tuple(row[: int(f) + 1].tolist()), len(labels))
+        for row, f in zip(batch.input_ids, first, strict=True)
+    ]
+    return torch.tensor(out, dtype=torch.long)
 
 
 def collate(
@@ -44,8 +60,12 @@ def collate(
     completions: Sequence[Sequence[int]],
     pad_id: int,
     behaviour_logp: Sequence[Sequence[float]] | None = None,
+    versions: Sequence[Sequence[int]] | None = None,
 ) -> TokenBatch:
-    """Build a `TokenBatch`; every completion must hold at least one token."""
+    """Build a `TokenBatch`; every completion must hold at least one token.
+
+    `versions` (the policy version of each completion token, `Sample.versions`) is kept only when given.
+    """
     rows = [list(p) + list(c) for p, c in zip(prompts, completions, strict=True)]
     length = max(len(r) for r in rows)
     n = len(rows)
@@ -53,6 +73,7 @@ def collate(
     attn = torch.zeros((n, length), dtype=torch.long)
     mask = torch.zeros((n, length - 1))
     blp = torch.zeros((n, length - 1))
+    ver = torch.full((n, length - 1), -1, dtype=torch.long) if versions is not None else None
     for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
         if not c:
             raise ValueError(f"collate: completion {i} is empty")
@@ -62,4 +83,8 @@ def collate(
         mask[i, len(p) - 1 : len(p) - 1 + len(c)] = 1
         if behaviour_logp is not None:
             blp[i, len(p) - 1 : len(p) - 1 + len(c)] = torch.tensor(behaviour_logp[i], dtype=torch.float32)
-    return TokenBatch(ids, attn, ids[:, 1:].clone(), mask, blp)
+        if ver is not None:
+            if len(versions[i]) != len(c):
+                raise ValueError(f"collate: versions {i} has {len(versions[i])} entries for {len(c)} tokens")
+            ver[i, len(p) - 1 : len(p) - 1 + len(c)] = torch.tensor(versions[i], dtype=torch.long)
+    return TokenBatch(ids, attn, ids[:, 1:].clone(), mask, blp, ver)

@@ -16,23 +16,59 @@ from dataclasses import asdict
 
 import torch
 
-from schedrl.algos import entropy_from_logits, masked_mean, registry, token_logprobs
+from schedrl.algos import entropy_from_logits, masked_mean, offpolicy_stats, registry, token_logprobs
+from schedrl.algos.ppo import ppo_advantages
+from schedrl.algos.rover import vocab_mean_logp
 from schedrl.config import AlgoConfig, OptimConfig
-from schedrl.train.batch import TokenBatch
+from schedrl.train.batch import TokenBatch, prompt_groups
 from schedrl.train.schedules import make_schedule
+from schedrl.train.value_head import ValueHead
 
 log = logging.getLogger(__name__)
 
+# algo.correction -> the registered loss that replaces the PPO-clip surrogate of algo.name
+CORRECTION_LOSSES = {"decoupled": "decoupled_ppo", "tis": "tis", "cross_stage": "cross_stage_is"}
+CORRECTABLE = ("grpo", "dapo")
+# Keywords the learner fills per micro-batch; the rest of a loss's keywords come from AlgoConfig.
+_BATCH_KWARGS = (
+    "ref_logp", "behav_logp", "versions", "prox_version", "max_tokens", "values", "old_values", "returns",
+    "mean_logp", "old_mean_logp", "group_index",
+)  # fmt: skip
 
-_LOSS_KWARGS = ("clip_eps", "clip_eps_high", "agg", "ref_logp", "kl_coef", "kl_estimator")
+
+def _config_kwargs(algo: AlgoConfig) -> dict:
+    return {
+        "clip_eps": algo.clip_eps, "clip_eps_high": algo.clip_eps_high, "agg": algo.loss_agg,
+        "kl_coef": algo.kl_coef, "kl_estimator": algo.kl_estimator, "is_cap": algo.is_cap,
+        "vf_coef": algo.vf_coef, "vf_clip": algo.vf_clip,
+        "rover_temp": algo.rover_temp, "pacs_beta": algo.pacs_beta,
+    }  # fmt: skip
 
 
-def _learner_losses() -> list[str]:
-    """Registered losses that take every keyword the learner passes."""
-    return [
-        name for name in registry.available("loss")
-        if all(k in inspect.signature(registry.get("loss", name)).parameters for k in _LOSS_KWARGS)
+def _cannot_drive(name: str, algo: AlgoConfig) -> str | None:
+    """Why the learner cannot call the loss registered as `name` under `algo`, or None when it can."""
+    if name in CORRECTION_LOSSES.values():
+        return "it is an off-policy correction; set algo.correction with algo.name one of " + ", ".join(
+            CORRECTABLE
+        )
+    params = inspect.signature(registry.get("loss", name)).parameters
+    known = set(_config_kwargs(algo)) | set(_BATCH_KWARGS)
+    unknown = [
+        k for k, p in params.items()
+        if p.kind is p.KEYWORD_ONLY and p.default is p.empty and k not in known
     ]  # fmt: skip
+    if unknown:
+        return f"it needs {', '.join(unknown)}, which the learner cannot supply"
+    if algo.kl_coef > 0 and "ref_logp" not in params:
+        return f"it takes no ref_logp, so algo.kl_coef={algo.kl_coef} cannot apply"
+    if algo.loss_agg != "token_mean" and "agg" not in params:
+        return f"it does not take agg, so algo.loss_agg={algo.loss_agg!r} cannot apply"
+    return None
+
+
+def _learner_losses(algo: AlgoConfig) -> list[str]:
+    """Registered losses the learner can drive under `algo`."""
+    return [n for n in registry.available("loss") if _cannot_drive(n, algo) is None]
 
 
 class NonFiniteLossError(RuntimeError):
@@ -49,22 +85,38 @@ class Learner:
         temperature: float = 1.0,
         ref_model: torch.nn.Module | None = None,
         seed: int = 0,
+        max_new_tokens: int | None = None,
     ) -> None:
+        """`max_new_tokens`: the generation budget, Dr. GRPO's per-row constant (None: the step's longest)."""
         self.model, self.ref_model = model.train(), ref_model
         self.cfg, self.algo = optim, algo
         self.temperature = temperature if temperature > 0 else 1.0
         self.seed = seed
+        self.max_new_tokens = max_new_tokens
         self.device = next(model.parameters()).device
         self.loss_fn = registry.get("loss", algo.name)
-        accepted = inspect.signature(self.loss_fn).parameters
-        missing = [k for k in _LOSS_KWARGS if k not in accepted]
-        if missing:
+        why = _cannot_drive(algo.name, algo)
+        if why:
             raise ValueError(
-                f"algo.name={algo.name!r}: the learner passes {', '.join(_LOSS_KWARGS)} to the loss, and this "
-                f"loss does not take {', '.join(missing)}; pick one of: {', '.join(_learner_losses())}"
+                f"algo.name={algo.name!r}: the learner cannot drive this loss: {why}; "
+                f"pick one of: {', '.join(_learner_losses(algo))}"
             )
+        if algo.correction != "none":
+            if algo.name not in CORRECTABLE:
+                raise ValueError(
+                    f"algo.correction={algo.correction!r} replaces the PPO-clip surrogate of algo.name, "
+                    f"which must be one of {', '.join(CORRECTABLE)}; got algo.name={algo.name!r}"
+                )
+            self.loss_fn = registry.get("loss", CORRECTION_LOSSES[algo.correction])
+        self.loss_params = inspect.signature(self.loss_fn).parameters
+        self.config_kwargs = {k: v for k, v in _config_kwargs(algo).items() if k in self.loss_params}
+        self.value_head = None
+        params = model.parameters()
+        if "values" in self.loss_params:
+            self.value_head = ValueHead(model.config.hidden_size).to(self.device)
+            params = [*model.parameters(), *self.value_head.parameters()]
         self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay
+            params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay
         )
         schedule = make_schedule(optim.schedule, optim.lr, optim.warmup_steps, total_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: schedule(s) / optim.lr)
@@ -78,10 +130,40 @@ class Learner:
 
     def _forward(self, model: torch.nn.Module, batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token log-probs (B, L-1) of the targets and the logits (B, L-1, V)."""
+        logp, logits, _ = self._forward_values(model, batch, with_values=False)
+        return logp, logits
+
+    def _forward_values(self, model, batch: TokenBatch, with_values: bool):
+        """As `_forward`, plus V(s_t) (B, L-1) from the value head at each target's context when asked."""
         with self._autocast():
-            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
-        logits = logits.float()
-        return token_logprobs(logits, batch.targets, self.temperature), logits
+            out = model(
+                input_ids=batch.input_ids,
+                attention_mask=batch.attention_mask,
+                output_hidden_states=with_values,
+            )
+            values = self.value_head(out.hidden_states[-1][:, :-1]) if with_values else None
+        logits = out.logits[:, :-1].float()
+        return token_logprobs(logits, batch.targets, self.temperature), logits, values
+
+    @torch.no_grad()
+    def vocab_mean_logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        """Mean over the vocabulary of log pi(v | s_t) (B, L-1) under the current policy, no gradients."""
+        out = torch.zeros_like(batch.mask)
+        for idx in torch.arange(len(batch)).split(self.cfg.micro_batch_size):
+            mb = batch.select(idx).to(self.device)
+            out[idx, : mb.targets.shape[1]] = vocab_mean_logp(
+                self._forward(self.model, mb)[1], self.temperature
+            ).cpu()
+        return out
+
+    @torch.no_grad()
+    def values(self, batch: TokenBatch) -> torch.Tensor:
+        """V(s_t) (B, L-1) for every target of `batch` under the current value head, without gradients."""
+        out = torch.zeros_like(batch.mask)
+        for idx in torch.arange(len(batch)).split(self.cfg.micro_batch_size):
+            mb = batch.select(idx).to(self.device)
+            out[idx, : mb.targets.shape[1]] = self._forward_values(self.model, mb, True)[2].float().cpu()
+        return out
 
     @torch.no_grad()
     def logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
@@ -92,62 +174,141 @@ class Learner:
             out[idx, : mb.targets.shape[1]] = self._forward(model, mb)[0].cpu()
         return out
 
-    def update(self, batch: TokenBatch, advantages: torch.Tensor, step: int) -> dict[str, float]:
-        """One training step: `ppo_epochs` passes of `minibatches` optimizer steps over `batch`."""
+    def update(
+        self, batch: TokenBatch, advantages: torch.Tensor, step: int, version: int | None = None
+    ) -> dict[str, float]:
+        """One training step: `ppo_epochs` passes of `minibatches` optimizer steps over `batch`.
+
+        `advantages`: (B,) per sequence, or (B, L-1) per target; for a loss that takes `returns` (PPO)
+        it is each sequence's reward, turned into token advantages by GAE on the value head here.
+        `version`: the policy version of the current weights (pi_prox), default `step`; only the
+        cross-stage correction reads it, against `batch.versions`.
+        """
         n = len(batch)
         several_updates = self.cfg.ppo_epochs * self.cfg.minibatches > 1
-        # pi_old: the policy before this step's first update (recomputed only when it can differ from pi_theta).
-        old_logp = self.logprobs(self.model, batch) if several_updates else None
+        corrected = self.algo.correction != "none"
+        # pi_old: the policy before this step's first update (recomputed only when it can differ from
+        # pi_theta, and always as pi_prox under a correction).
+        old_logp = self.logprobs(self.model, batch) if several_updates or corrected else None
         ref_logp = self.logprobs(self.ref_model, batch) if self.algo.kl_coef > 0 else None
+        extra: dict[str, torch.Tensor] = {}  # (B, L-1) inputs sliced per micro-batch
+        if corrected and "versions" in self.loss_params and batch.versions is None:
+            raise ValueError(
+                f"algo.correction={self.algo.correction!r} needs per-token policy versions: build the batch "
+                "with collate(..., versions=[sample.versions ...])"
+            )
+        if "returns" in self.loss_params:
+            extra["old_values"] = self.values(batch)
+            advantages, extra["returns"] = ppo_advantages(
+                advantages, extra["old_values"], batch.mask, self.algo.gae_gamma, self.algo.gae_lambda
+            )
+        if "old_mean_logp" in self.loss_params and several_updates:
+            extra["old_mean_logp"] = self.vocab_mean_logprobs(batch)
+        ctx = {
+            "prox_version": step if version is None else version,
+            "budget": self.max_new_tokens or int(batch.mask.sum(-1).max()),  # Dr. GRPO's per-row constant
+            # losses over whole groups (PACS) see every sample of a group in one micro-batch
+            "groups": prompt_groups(batch) if "group_index" in self.loss_params else None,
+        }
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
         sums: dict[str, float] = defaultdict(float)
         updates = 0
         for _ in range(self.cfg.ppo_epochs):
-            perm = torch.randperm(n, generator=gen) if several_updates else torch.arange(n)
-            for mb_inds in perm.tensor_split(self.cfg.minibatches):
-                stats = self._minibatch(batch, advantages, mb_inds, old_logp, ref_logp)
+            for mb_inds in self._minibatch_indices(n, several_updates, gen, ctx["groups"]):
+                stats = self._minibatch(batch, advantages, mb_inds, old_logp, ref_logp, extra, ctx)
                 for k, v in stats.items():
                     sums[k] += v
                 updates += 1
         self.scheduler.step()
         out = {k: v / updates for k, v in sums.items()}
+        if corrected:  # pi_prox against pi_behav on the whole batch, before any update
+            out |= offpolicy_stats(old_logp, batch.behaviour_logp, batch.mask, self.algo.is_cap)
         out["lr"] = self.scheduler.get_last_lr()[0]
         out["skipped_steps"] = float(self.skipped_steps)
         return out
 
-    def _minibatch(self, batch, advantages, mb_inds, old_logp, ref_logp) -> dict[str, float]:
+    def _minibatch_indices(self, n: int, shuffle: bool, gen: torch.Generator, groups: torch.Tensor | None):
+        """Row indices of each minibatch of one pass; with `groups`, whole groups are shuffled and split."""
+        if groups is None:
+            perm = torch.randperm(n, generator=gen) if shuffle else torch.arange(n)
+            return perm.tensor_split(self.cfg.minibatches)
+        n_groups = int(groups.max()) + 1
+        order = torch.randperm(n_groups, generator=gen) if shuffle else torch.arange(n_groups)
+        return [
+            torch.cat([(groups == g).nonzero().squeeze(-1) for g in part.tolist()])
+            for part in order.tensor_split(self.cfg.minibatches) if len(part)
+        ]  # fmt: skip
+
+    def _micro_batches(self, mb_inds: torch.Tensor, groups: torch.Tensor | None) -> list[torch.Tensor]:
+        """Split a minibatch into micro-batches; with `groups`, never across a group."""
+        if groups is None:
+            return list(mb_inds.split(self.cfg.micro_batch_size))
+        chunks: list[list[int]] = [[]]
+        for g in dict.fromkeys(groups[mb_inds].tolist()):  # groups in order of appearance
+            rows = mb_inds[groups[mb_inds] == g].tolist()
+            if chunks[-1] and len(chunks[-1]) + len(rows) > self.cfg.micro_batch_size:
+                chunks.append([])
+            chunks[-1].extend(rows)
+        return [torch.tensor(c) for c in chunks]
+
+    def _loss_kwargs(self, mb: TokenBatch, idx, width, mb_inds, ref_logp, extra, ctx, values, logits) -> dict:
+        kw = dict(self.config_kwargs)
+        p = self.loss_params
+        if "ref_logp" in p:
+            kw["ref_logp"] = ref_logp[idx, :width].to(self.device) if ref_logp is not None else None
+        if "behav_logp" in p:
+            kw["behav_logp"] = mb.behaviour_logp
+        if "versions" in p:
+            kw["versions"] = mb.versions
+        if "prox_version" in p:
+            kw["prox_version"] = ctx["prox_version"]
+        if "max_tokens" in p:
+            kw["max_tokens"] = len(mb_inds) * ctx["budget"]  # rows x budget, as TRL's dr_grpo
+        if "values" in p:
+            kw["values"] = values
+        if "mean_logp" in p:
+            kw["mean_logp"] = vocab_mean_logp(logits.detach(), self.temperature)
+        if "old_mean_logp" in p and "old_mean_logp" not in extra:  # one update: pi_old = pi_theta
+            kw["old_mean_logp"] = kw["mean_logp"]
+        if "group_index" in p:
+            kw["group_index"] = ctx["groups"][idx].to(self.device)
+        for k, t in extra.items():
+            kw[k] = t[idx, :width].to(self.device)
+        return kw
+
+    def _minibatch(self, batch, advantages, mb_inds, old_logp, ref_logp, extra, ctx) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
         mb_tokens = float(batch.mask[mb_inds].sum().clamp(min=1))
         sums: dict[str, float] = defaultdict(float)
         finite = True
-        for idx in mb_inds.split(self.cfg.micro_batch_size):
+        summed = "max_tokens" in self.loss_params  # the loss divides by a constant: micro-batch losses add up
+        per_row = "agg" not in self.loss_params and not summed  # a mean over sequences
+        for idx in self._micro_batches(mb_inds, ctx["groups"]):
             mb = batch.select(idx).to(self.device)
-            logp, logits = self._forward(self.model, mb)
+            logp, logits, values = self._forward_values(self.model, mb, self.value_head is not None)
             width = logp.shape[1]
             old = old_logp[idx, :width].to(self.device) if old_logp is not None else logp.detach()
-            ref = ref_logp[idx, :width].to(self.device) if ref_logp is not None else None
-            loss, stats = self.loss_fn(
-                logp, old, advantages[idx].to(self.device), mb.mask,
-                clip_eps=self.algo.clip_eps, clip_eps_high=self.algo.clip_eps_high, agg=self.algo.loss_agg,
-                ref_logp=ref, kl_coef=self.algo.kl_coef, kl_estimator=self.algo.kl_estimator,
-            )  # fmt: skip
+            adv = advantages[idx] if advantages.dim() == 1 else advantages[idx, :width]
+            kw = self._loss_kwargs(mb, idx, width, mb_inds, ref_logp, extra, ctx, values, logits)
+            loss, stats = self.loss_fn(logp, old, adv.to(self.device), mb.mask, **kw)
             bonus_logits = (
                 logits if self.algo.entropy_coef else logits.detach()
             )  # grad only when it is a bonus
             entropy = masked_mean(entropy_from_logits(bonus_logits), mb.mask, self.algo.loss_agg)
-            if self.algo.entropy_coef:
-                loss = loss - self.algo.entropy_coef * entropy
             # Each micro-batch's mean is weighted by its share of the minibatch.
             share = (
                 float(mb.mask.sum()) / mb_tokens
                 if self.algo.loss_agg == "token_mean"
                 else len(idx) / len(mb_inds)
             )
+            if self.algo.entropy_coef:
+                loss = loss - self.algo.entropy_coef * (entropy * share if summed else entropy)
+            loss_share = 1.0 if summed else len(idx) / len(mb_inds) if per_row else share
             if not torch.isfinite(loss):
                 finite = False
                 break
-            (loss * share).backward()
-            sums["loss"] += loss.item() * share
+            (loss * loss_share).backward()
+            sums["loss"] += loss.item() * loss_share
             sums["entropy"] += entropy.item() * share
             sums["behaviour_vs_learner_abs_logp"] += float(
                 ((mb.behaviour_logp - logp.detach()).abs() * mb.mask).sum() / mb_tokens
@@ -163,7 +324,8 @@ class Learner:
         return dict(sums)
 
     def _clip(self) -> float:
-        params = [p for p in self.model.parameters() if p.grad is not None]
+        heads = self.value_head.parameters() if self.value_head is not None else ()
+        params = [p for p in (*self.model.parameters(), *heads) if p.grad is not None]
         max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else math.inf
         return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
 
@@ -180,7 +342,9 @@ class Learner:
         return {k: v for k, v in sums.items() if math.isfinite(v)}
 
     def state_dict(self) -> dict:
+        """What a resume needs besides the policy weights (saved as the HF model), value head included."""
         return {
+            "value_head": self.value_head.state_dict() if self.value_head is not None else None,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "bad_in_a_row": self.bad_in_a_row,
@@ -189,6 +353,8 @@ class Learner:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        if self.value_head is not None:
+            self.value_head.load_state_dict(state["value_head"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.bad_in_a_row = state["bad_in_a_row"]

@@ -1,0 +1,165 @@
+"""Asynchronous pipeline vs the synchronous loop on the `longtail` mix: throughput, reward, idle time.
+
+Every mode starts from the same weights (the tiny model after one shared SFT warm-up),
+with the same seed, tasks, samples per step and learning settings. `sync` is the
+single-process loop using both cores for each phase; the asynchronous modes run the
+engine and the learner as Ray actors, one core each. Modes run alternately, round after
+round, on one Ray cluster.
+
+    pip install -e .
+    python bench/async_vs_sync.py                      # all modes, 2 rounds
+    python bench/async_vs_sync.py --steps 20 --rounds 1 --modes sync k1   # a quick look
+
+Figures per mode (median over rounds): steps/s over the RL steps after the first two
+(actor start-up excluded), wall-clock to the target reward (the first step where the
+10-step moving average of the training reward reaches 0.95 x sync's final reward), final
+reward (mean of the last 20 steps), and the engine's and learner's idle fractions from the
+run's timeline. The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+MODES = {
+    "sync": {},
+    "k0": {"mode": "async"},
+    "k1": {"mode": "async", "max_staleness": 1},
+    "k2": {"mode": "async", "max_staleness": 2},
+    "auto": {"mode": "async", "max_staleness": "auto", "staleness_max": 3},
+    "inflight": {"mode": "async", "max_staleness": 1, "inflight_weight_updates": True},
+    "partial": {"mode": "async", "max_staleness": 1, "partial_rollouts": True, "overprovision": 1.5,
+                "stale": "mask"},
+    "combined": {"mode": "async", "max_staleness": 2, "inflight_weight_updates": True, "partial_rollouts": True,
+                 "overprovision": 1.5, "stale": "mask"},
+}  # fmt: skip
+SKIP, WINDOW, TAIL = 2, 10, 20
+
+
+def recipe(args, model_path: str, out: str, name: str, pipeline: dict) -> dict:
+    return {
+        "seed": args.seed, "steps": args.steps, "save_every": 0, "out_dir": out, "name": name,
+        "min_start_reward": 0.0, "model": {"path": model_path},
+        "task": {"name": "longtail", "args": {}}, "sft": {"steps": 0},
+        "sampling": {"prompts_per_step": 16, "group_size": 8, "max_new_tokens": 50, "temperature": 1.0},
+        "algo": {"clip_eps_high": 0.28, "correction": "decoupled" if pipeline.get("mode") == "async" else "none"},
+        "optim": {"lr": 3e-4}, "eval": {"tasks": 0}, "pipeline": pipeline,
+    }  # fmt: skip
+
+
+def warm_start(steps: int, seed: int, out: Path) -> str:
+    from schedrl.config import SFTConfig
+    from schedrl.envs import make_task
+    from schedrl.models import build_char_tokenizer, build_tiny_model
+    from schedrl.train.sft import sft_warmup
+
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer)
+    sft_warmup(model, tokenizer, make_task("longtail"), SFTConfig(steps=steps), seed)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return str(out)
+
+
+def one_run(args, mode: str, model_path: str, out: str, rnd: int) -> dict:
+    from schedrl.config import config_from_dict
+    from schedrl.orchestrate.sync import train
+    from schedrl.report import write_report
+    from schedrl.train.run_dir import RunDir, read_metrics
+
+    cfg = config_from_dict(recipe(args, model_path, out, f"{mode}-{rnd}", MODES[mode]))
+    run = RunDir.create(cfg.out_dir, cfg.name)
+    train(cfg, run)
+    rows = [r for r in read_metrics(run.metrics_path) if "reward_mean" in r]
+    step_s = [r["step_s"] for r in rows]
+    rewards = [r["reward_mean"] for r in rows]
+    idle = write_report(run.root)
+    return {
+        "steps_per_s": len(step_s[SKIP:]) / sum(step_s[SKIP:]),
+        "rewards": rewards,
+        "elapsed": [sum(step_s[: i + 1]) for i in range(len(step_s))],
+        "final_reward": statistics.mean(rewards[-TAIL:]),
+        "learner_idle": idle.get("learner", idle.get("trainer", {})).get("idle_frac", 0.0),
+        "engine_idle": idle.get("engine", idle.get("trainer", {})).get("idle_frac", 0.0),
+        "staleness_mean": statistics.mean(r.get("staleness_mean", 0.0) for r in rows),
+    }
+
+
+def time_to(run: dict, target: float) -> float | None:
+    r = run["rewards"]
+    for i in range(WINDOW - 1, len(r)):
+        if statistics.mean(r[i - WINDOW + 1 : i + 1]) >= target:
+            return run["elapsed"][i]
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--sft-steps", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    args = parser.parse_args()
+    if "sync" not in args.modes:
+        args.modes.insert(0, "sync")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+
+    from schedrl.cli import _quiet_hf
+
+    _quiet_hf()
+    ray.init(num_cpus=2, object_store_memory=200 * 2**20, include_dashboard=False, log_to_driver=False)
+    results: dict[str, list[dict]] = {m: [] for m in args.modes}
+    with tempfile.TemporaryDirectory() as tmp:
+        model_path = warm_start(args.sft_steps, args.seed, Path(tmp) / "start")
+        for rnd in range(args.rounds):
+            for mode in args.modes:
+                t = time.perf_counter()
+                results[mode].append(one_run(args, mode, model_path, tmp, rnd))
+                r = results[mode][-1]
+                print(f"round {rnd} {mode:<9} {r['steps_per_s']:.2f} steps/s  final reward {r['final_reward']:.3f}  "
+                      f"learner idle {r['learner_idle']:.1%}  engine idle {r['engine_idle']:.1%}  "
+                      f"({time.perf_counter() - t:.0f} s)", flush=True)  # fmt: skip
+    ray.shutdown()
+    med = lambda xs: statistics.median(xs)  # noqa: E731
+    target = 0.95 * med([r["final_reward"] for r in results["sync"]])
+    table = {}
+    for mode, runs in results.items():
+        ttt = [time_to(r, target) for r in runs]
+        table[mode] = {
+            "steps_per_s": med([r["steps_per_s"] for r in runs]),
+            "time_to_target_s": med([t for t in ttt if t is not None]) if any(t is not None for t in ttt) else None,
+            "final_reward": med([r["final_reward"] for r in runs]),
+            "learner_idle": med([r["learner_idle"] for r in runs]),
+            "engine_idle": med([r["engine_idle"] for r in runs]),
+            "staleness_mean": med([r["staleness_mean"] for r in runs]),
+        }
+    sync = table["sync"]
+    print(f"\n{'mode':<9} {'steps/s':>8} {'vs sync':>8} {'to target s':>12} {'final R':>8} {'learner idle':>13} "
+          f"{'engine idle':>12} {'staleness':>10}")  # fmt: skip
+    for mode, t in table.items():
+        ttt = f"{t['time_to_target_s']:.1f}" if t["time_to_target_s"] is not None else "never"
+        print(f"{mode:<9} {t['steps_per_s']:>8.2f} {t['steps_per_s'] / sync['steps_per_s']:>7.2f}x {ttt:>12} "
+              f"{t['final_reward']:>8.3f} {t['learner_idle']:>13.1%} {t['engine_idle']:>12.1%} "
+              f"{t['staleness_mean']:>10.2f}")  # fmt: skip
+    asyncs = {m: t for m, t in table.items() if m != "sync"}
+    best = max(asyncs, key=lambda m: asyncs[m]["steps_per_s"]) if asyncs else "sync"
+    print(json.dumps({
+        "best_async_mode": best,
+        "best_async_speedup": table[best]["steps_per_s"] / sync["steps_per_s"],
+        "reward_gap": sync["final_reward"] - table[best]["final_reward"],
+        "learner_idle": table[best]["learner_idle"],
+        "target_reward": target,
+        "modes": table,
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Where the pipeline's workers run: Ray actors (`RayBackend`) or the calling process (`LocalBackend`).
+
+Both give the pipeline the same four verbs -- start a worker, `call` a method (a
+future comes back), `wait` for some futures, `get` a result -- so the loop in
+`schedrl.orchestrate.pipeline` never imports Ray. A worker that dies surfaces as
+`WorkerDiedError` from `get`.
+
+Placement: each actor gets `num_cpus` Ray CPUs, pins itself to its own cores and
+sets torch's thread count to match; on 2 cores the engine runs on core 0 and the
+learner on core 1. Weights returned by the learner stay in the Ray object store and
+go to the engine by reference.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from schedrl.distributed.workers import EngineWorker, LearnerWorker
+
+
+class WorkerDiedError(RuntimeError):
+    """A worker process died (killed, out of memory, crashed)."""
+
+
+def split_cores(engine_cpus: int, learner_cpus: int) -> tuple[list[int], list[int]]:
+    """Disjoint core lists for the engine and the learner, from the cores this process may use."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    if engine_cpus + learner_cpus > len(cores):
+        return cores[:engine_cpus] or cores, cores[-learner_cpus:] or cores  # shared: fewer cores than asked
+    return cores[:engine_cpus], cores[engine_cpus : engine_cpus + learner_cpus]
+
+
+@dataclass
+class _Done:
+    value: Any = None
+    error: BaseException | None = None
+
+
+class LocalBackend:
+    """Runs every call at once in this process: a deterministic, serial pipeline (tests, debugging)."""
+
+    name = "local"
+
+    def start_engine(self, cfg: dict, weights, version: int) -> EngineWorker:
+        return EngineWorker(cfg, self._resolve(weights), version)
+
+    def start_learner(self, cfg: dict, run_root: str, checkpoint: str | None) -> LearnerWorker:
+        return LearnerWorker(cfg, run_root, checkpoint)
+
+    def _resolve(self, x):
+        if isinstance(x, _Done):
+            return self.get(x)
+        return x
+
+    def call(self, worker, method: str, *args, num_returns: int = 1):
+        try:
+            value = getattr(worker, method)(*(self._resolve(a) for a in args))
+        except WorkerDiedError:
+            raise
+        except Exception as e:  # surfaced by get(), as Ray does
+            return _Done(error=e) if num_returns == 1 else tuple(_Done(error=e) for _ in range(num_returns))
+        return _Done(value) if num_returns == 1 else tuple(_Done(v) for v in value)
+
+    def wait(self, futures: list, timeout: float | None = None) -> list:
+        return list(futures)
+
+    def get(self, future: _Done):
+        if future.error is not None:
+            raise future.error
+        return future.value
+
+    def put(self, value) -> _Done:
+        return _Done(value)
+
+    def kill(self, worker) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+class RayBackend:
+    """Workers as Ray actors on a local cluster started here, or on an existing one by address."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None,
+                 object_store_memory: int = 200 * 2**20, engine_cpus: int = 1, learner_cpus: int = 1) -> None:  # fmt: skip
+        import ray
+
+        self.ray = ray
+        self._started = False
+        if not ray.is_initialized():
+            if address is None:
+                os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local cluster on loopback
+                num_cpus = num_cpus or engine_cpus + learner_cpus
+                ray.init(num_cpus=num_cpus, object_store_memory=object_store_memory, include_dashboard=False,
+                         log_to_driver=False, configure_logging=False)  # fmt: skip
+            else:
+                ray.init(address=address, log_to_driver=False)
+            self._started = True
+        self.engine_cpus, self.learner_cpus = engine_cpus, learner_cpus
+        self.engine_cores, self.learner_cores = split_cores(engine_cpus, learner_cpus) if address is None else (None, None)  # fmt: skip
+
+    def start_engine(self, cfg: dict, weights, version: int):
+        actor = self.ray.remote(num_cpus=self.engine_cpus, max_restarts=0)(EngineWorker)
+        return actor.remote(cfg, weights, version, self.engine_cores, self.engine_cpus)
+
+    def start_learner(self, cfg: dict, run_root: str, checkpoint: str | None):
+        actor = self.ray.remote(num_cpus=self.learner_cpus, max_restarts=0)(LearnerWorker)
+        return actor.remote(cfg, run_root, checkpoint, self.learner_cores, self.learner_cpus)
+
+    def call(self, worker, method: str, *args, num_returns: int = 1):
+        fn = getattr(worker, method)
+        if num_returns != 1:
+            fn = fn.options(num_returns=num_returns)
+        return fn.remote(*args)
+
+    def wait(self, futures: list, timeout: float | None = None) -> list:
+        ready, _ = self.ray.wait(list(futures), num_returns=1, timeout=timeout)
+        return ready
+
+    def get(self, future):
+        try:
+            return self.ray.get(future)
+        except (self.ray.exceptions.RayActorError, self.ray.exceptions.ActorUnavailableError) as e:
+            raise WorkerDiedError(str(e).splitlines()[0]) from e
+
+    def put(self, value):
+        return self.ray.put(value)
+
+    def kill(self, worker) -> None:
+        self.ray.kill(worker)
+
+    def shutdown(self) -> None:
+        if self._started:
+            self.ray.shutdown()
+            self._started = False
+
+
+def make_backend(name: str, **kwargs):
+    if name == "local":
+        return LocalBackend()
+    if name == "ray":
+        return RayBackend(**kwargs)
+    raise ValueError(f"pipeline.backend must be 'ray' or 'local', got {name!r}")

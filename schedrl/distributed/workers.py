@@ -1,0 +1,139 @@
+"""The two workers of the asynchronous pipeline, as plain classes.
+
+`schedrl.distributed.backend` runs them as Ray actors (each on its own cores) or in
+the calling process; they never import Ray themselves. Both build their model from the
+run config, so only weights cross process boundaries.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from schedrl.config import RunConfig, config_from_dict
+from schedrl.engine import EngineConfig, HFEngine
+from schedrl.timeline import Recorder, Span
+from schedrl.train.batch import collate
+from schedrl.train.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
+from schedrl.types import Request, Sample
+
+
+def pin(cores: Sequence[int] | None, threads: int | None) -> None:
+    """Give this process `cores` (where the OS allows it) and `threads` torch threads."""
+    if cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, set(cores))
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def cpu_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+class EngineWorker:
+    """An `HFEngine` stepped in chunks; takes new weights between chunks (between decode steps)."""
+
+    def __init__(self, cfg: dict, weights: dict[str, torch.Tensor], version: int, cores=None, threads=None):
+        from schedrl.orchestrate.build import load_policy  # keeps the worker module light to import
+
+        pin(cores, threads)
+        self.cfg: RunConfig = config_from_dict(cfg)
+        model, self.tokenizer = load_policy(self.cfg, self.cfg.model.path, torch.device("cpu"))
+        model.load_state_dict(weights)
+        e = self.cfg.engine
+        self.engine = HFEngine(model, self.tokenizer, EngineConfig(max_concurrency=e.max_concurrency,
+                               max_batched_tokens=e.max_batched_tokens, admission=e.admission,
+                               admission_args=dict(e.admission_args), seed=self.cfg.seed),
+                               version=version)  # fmt: skip
+        self.timeline = Recorder("engine")
+
+    def ping(self) -> int:
+        return self.engine.version
+
+    def add(self, requests: Sequence[Request]) -> None:
+        for r in requests:
+            self.engine.add(r)
+
+    def run(self, max_steps: int) -> list[Sample]:
+        """Up to `max_steps` engine steps; returns the samples that finished."""
+        finished: list[Sample] = []
+        for _ in range(max_steps):
+            if not self.engine.has_unfinished():
+                break
+            waiting = self.engine.num_waiting
+            start = time.time()
+            finished += self.engine.step()
+            kind = "prefill" if self.engine.num_waiting < waiting else "decode"
+            self.timeline.add(kind, start, time.time())
+        return finished
+
+    def abort_all(self) -> list[Sample]:
+        """Cut every waiting and running request; returns their partial samples (prefix kept)."""
+        ids = self.engine.waiting_ids + self.engine.running_ids
+        return [self.engine.abort(i) for i in ids]
+
+    def update_weights(self, weights: dict[str, torch.Tensor], version: int) -> int:
+        with self.timeline.span("weight-sync"):
+            self.engine.update_weights(weights, version)
+        return version
+
+    def num_unfinished(self) -> int:
+        return self.engine.num_waiting + self.engine.num_running
+
+    def spans(self) -> list[Span]:
+        return self.timeline.drain()
+
+
+class LearnerWorker:
+    """The policy, its optimizer and the loss; trains on scored samples and hands back weights."""
+
+    def __init__(self, cfg: dict, run_root: str, checkpoint: str | None, cores=None, threads=None):
+        from schedrl.models import default_device
+        from schedrl.orchestrate.build import REF_MODEL_DIR, load_policy
+        from schedrl.train.learner import Learner
+
+        pin(cores, threads)
+        self.cfg: RunConfig = config_from_dict(cfg)
+        self.root = Path(run_root)
+        device = default_device()
+        path = Path(checkpoint) / "model" if checkpoint else self.cfg.model.path
+        self.model, self.tokenizer = load_policy(self.cfg, path, device)
+        ref = None
+        if self.cfg.algo.kl_coef > 0:
+            ref = load_policy(self.cfg, self.root / REF_MODEL_DIR, device)[0].eval().requires_grad_(False)
+        c = self.cfg
+        self.learner = Learner(self.model, c.optim, c.algo, c.steps, c.sampling.temperature, ref, c.seed)
+        if checkpoint:
+            _, trainer_state, rng = load_checkpoint(Path(checkpoint))
+            self.learner.load_state_dict(trainer_state)
+            set_rng_state(rng)
+        self.timeline = Recorder("learner")
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        return cpu_weights(self.model)
+
+    def update(self, payload: dict, step: int) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+        """One optimizer step on `payload` (see `schedrl.orchestrate.pipeline.learner_payload`)."""
+        with self.timeline.span("train"):
+            batch = collate(payload["prompt_ids"], payload["token_ids"], self.tokenizer.pad_token_id,
+                            payload["logprobs"], payload["versions"])  # fmt: skip
+            for i, (p, keep) in enumerate(zip(payload["prompt_ids"], payload["train_mask"], strict=True)):
+                start = len(p) - 1
+                batch.mask[i, start : start + len(keep)] *= torch.tensor(keep, dtype=batch.mask.dtype)
+            # The weights being updated are version `step`: update s turns version s into s + 1.
+            stats = self.learner.update(batch, torch.tensor(payload["advantages"]), step, version=step)
+        with self.timeline.span("weight-sync"):
+            weights = cpu_weights(self.model)
+        return stats, weights
+
+    def save_checkpoint(self, step: int, state: dict) -> str:
+        path = save_checkpoint(self.root / "checkpoints", step, self.model, self.tokenizer,
+                               self.learner.state_dict(), state)  # fmt: skip
+        return str(path)
+
+    def spans(self) -> list[Span]:
+        return self.timeline.drain()

@@ -1,0 +1,86 @@
+"""The trajectory buffer of the asynchronous pipeline: groups from issue to consumption.
+
+A group is the G samples of one task. It is issued (its requests exist), admitted
+(they were sent to the engine), complete (all G samples finished and scored), then
+consumed by one update or dropped. Samples cut by an abort wait in ``partial`` and
+resume from their prefix, within the original token budget. Everything here is plain
+data and serialises to JSON, so a checkpoint carries the whole buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from schedrl.envs import Task
+from schedrl.types import Request, Sample, SamplingParams
+
+
+def _params(d: dict) -> SamplingParams:
+    return SamplingParams(**{**d, "stop_token_ids": tuple(d["stop_token_ids"]),
+                             "stop_strings": tuple(d["stop_strings"])})  # fmt: skip
+
+
+def request_to_dict(r: Request) -> dict:
+    return asdict(r)
+
+
+def request_from_dict(d: dict) -> Request:
+    tuples = ("prompt_ids", "prefix_ids", "prefix_logprobs", "prefix_versions")
+    return Request(**{**d, "params": _params(d["params"]), **{k: tuple(d[k]) for k in tuples}})
+
+
+def sample_to_dict(s: Sample) -> dict:
+    d = asdict(s)
+    del d["timings"]  # wall-clock stamps of another process; meaningless after a restart
+    return d
+
+
+def sample_from_dict(d: dict) -> Sample:
+    tuples = ("prompt_ids", "token_ids", "logprobs", "versions")
+    return Sample(**{**d, "params": _params(d["params"]), **{k: tuple(d[k]) for k in tuples}})
+
+
+@dataclass
+class Group:
+    id: str
+    task: Task
+    requests: list[Request]  # the original requests, by sample index
+    wave: int = 0  # the data-scheduler batch it came from
+    admitted: bool = False
+    done: dict[int, Sample] = field(default_factory=dict)  # finished and scored, by sample index
+    partial: dict[int, Sample] = field(default_factory=dict)  # cut by an abort, waiting to resume
+    dropped: list[int] = field(default_factory=list)  # finished, then dropped as too stale to train on
+
+    @property
+    def complete(self) -> bool:
+        return len(self.done) + len(self.dropped) == len(self.requests)
+
+    def to_send(self) -> list[Request]:
+        """Requests for every sample that is neither done nor in the engine: fresh, or resumed from a prefix."""
+        out = []
+        for r in self.requests:
+            if r.sample_index in self.done or r.sample_index in self.dropped:
+                continue
+            cut = self.partial.pop(r.sample_index, None)
+            out.append(Request.resume(cut) if cut is not None and cut.token_ids else r)
+        return out
+
+    def samples(self) -> list[Sample]:
+        return [self.done[i] for i in sorted(self.done)]
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.id, "task": asdict(self.task), "wave": self.wave, "admitted": self.admitted,
+            "requests": [request_to_dict(r) for r in self.requests],
+            "done": {str(i): sample_to_dict(s) for i, s in self.done.items()},
+            "partial": {str(i): sample_to_dict(s) for i, s in self.partial.items()},
+            "dropped": self.dropped,
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Group:
+        return cls(
+            d["id"], Task(**d["task"]), [request_from_dict(r) for r in d["requests"]], d["wave"], d["admitted"],
+            {int(i): sample_from_dict(s) for i, s in d["done"].items()},
+            {int(i): sample_from_dict(s) for i, s in d["partial"].items()}, list(d["dropped"]),
+        )  # fmt: skip

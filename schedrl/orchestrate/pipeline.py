@@ -1,0 +1,433 @@
+"""The asynchronous pipeline: an engine worker generates while a learner worker trains.
+
+One loop owns every scheduling decision, on plain data:
+
+* admission -- which groups go to the engine, bounded by the staleness bound k
+  (``schedrl.orchestrate.staleness``);
+* consumption -- which complete groups form the next update's batch, and what
+  happens to tokens older than k (``pipeline.stale``: drop the sample, or keep the
+  token as context only); without partial rollouts a step takes exactly its own
+  wave of groups, with them it takes the oldest complete ones and the rest carry over;
+* weight sync -- new weights reach the engine between decode steps
+  (``inflight_weight_updates``), after cutting the running requests (partial
+  rollouts: they resume from their prefix under the new weights), or once the
+  engine has drained.
+
+With k = 0 and both options off this is the synchronous loop, sample for sample.
+Workers run as Ray actors or in this process (``schedrl.distributed``); this module
+never imports Ray.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import torch
+
+from schedrl.algos import registry
+from schedrl.data import DataContext, make_scheduler, scored_groups
+from schedrl.distributed import WorkerDiedError, make_backend
+from schedrl.distributed.workers import cpu_weights
+from schedrl.orchestrate.buffer import Group
+from schedrl.orchestrate.build import Components
+from schedrl.orchestrate.staleness import AutoStaleness, StalenessBound, expected_update
+from schedrl.rollout import group_index, group_requests
+from schedrl.timeline import TIMELINE_FILE, append_spans
+from schedrl.train.checkpoint import latest_checkpoint
+from schedrl.types import Sample
+
+log = logging.getLogger(__name__)
+
+
+def make_bound(p) -> StalenessBound:
+    if p.max_staleness == "auto":
+        return AutoStaleness(k=p.staleness_min, k_min=p.staleness_min, k_max=p.staleness_max,
+                             low=p.auto_low, high=p.auto_high)  # fmt: skip
+    return StalenessBound(p.max_staleness)
+
+
+def off_policy(p) -> bool:
+    """Can a trained-on token come from older weights than the learner's?"""
+    return p.max_staleness != 0 or p.partial_rollouts or p.inflight_weight_updates
+
+
+class Pipeline:
+    def __init__(self, c: Components, backend, on_step: Callable[[int, dict], None] | None = None) -> None:
+        self.c, self.cfg, self.p = c, c.cfg, c.cfg.pipeline
+        self.backend, self.on_step = backend, on_step
+        self.budget = self.cfg.sampling.prompts_per_step * self.cfg.sampling.group_size  # samples per update
+        self.per_step = round(self.budget * self.p.overprovision) if self.p.partial_rollouts else self.budget
+        self.data = c.data or make_scheduler("uniform", DataContext(c.source, self.cfg.seed,
+                                             self.cfg.sampling.group_size, self.cfg.steps))  # fmt: skip
+        self.bound = make_bound(self.p)
+        start = c.start_step or 0
+        self.version = self.started = self.engine_version = start
+        self.groups: dict[str, Group] = {}  # unconsumed groups, in issue order
+        self.next_wave = 0  # data-scheduler batches drawn so far; wave w's requests derive from (seed, w)
+        self.consumed: list[str] = []  # ids of consumed groups, in order: the run's sample ledger
+        self.dropped: list[str] = []  # ids of samples dropped as too stale
+        self.engine_restarts = 0
+        self.in_engine: dict[str, str] = {}  # request id -> group id
+        self.engine_future = self.learner_future = None
+        self.pending_weights = None  # weights waiting for the engine to drain (no in-flight updates)
+        self.batch_metrics: dict[str, float] = {}
+        self.last_done_t = time.perf_counter()
+        if "pipeline" in c.state:
+            self.load_state_dict(c.state["pipeline"])
+        self.weights = backend.put(cpu_weights(c.model))
+        self.engine = self._start_engine()
+        ckpt = latest_checkpoint(c.run.ckpt_dir)
+        self.learner = backend.start_learner(_cfg_dict(self.cfg), str(c.run.root), ckpt and str(ckpt))
+
+    # ---- workers ----------------------------------------------------------------------------
+    def _start_engine(self):
+        return self.backend.start_engine(_cfg_dict(self.cfg), self.weights, self.version)
+
+    def _call_engine(self, method: str, *args):
+        return self.backend.call(self.engine, method, *args)
+
+    def _restart_engine(self, err: Exception) -> None:
+        """The engine died: start a new one with the current weights and resend what it held."""
+        self.engine_restarts += 1
+        log.warning("engine worker died (%s); restarting it (restart %d)", err, self.engine_restarts)
+        if self.engine_restarts > 3:
+            raise RuntimeError(f"engine worker died {self.engine_restarts} times; last error: {err}") from err
+        self.backend.kill(self.engine)
+        self.engine_future, self.pending_weights = None, None
+        self.engine = self._start_engine()
+        self.engine_version = self.version
+        lost = {gid for gid in self.in_engine.values()}
+        self.in_engine.clear()
+        self._send([r for gid in lost for r in self.groups[gid].to_send()])
+
+    def _get_engine(self, future):
+        try:
+            return self.backend.get(future)
+        except WorkerDiedError as err:
+            self._restart_engine(err)
+            return None
+
+    # ---- admission --------------------------------------------------------------------------
+    def _issue_wave(self) -> None:
+        """Draw the next batch from the data scheduler; its groups join the buffer, not yet admitted."""
+        from schedrl.orchestrate.sync import sampling_params
+
+        w = self.next_wave
+        plan = self.data.next_batch(self.budget)
+        tasks = [t for t, _ in plan]
+        reqs = group_requests(tasks, self.c.tokenizer, sampling_params(self.cfg), [n for _, n in plan],
+                              seed=self.cfg.seed, step=w)  # fmt: skip
+        for task, (gid, members) in zip(tasks, _by_group(reqs), strict=True):
+            self.groups[gid] = Group(gid, task, members, wave=w)
+        self.next_wave += 1
+
+    def _size(self, g: Group) -> int:
+        return len(g.requests) - len(g.dropped)
+
+    def _expected_update(self, g: Group) -> int:
+        """The update that will consume `g` if admitted now."""
+        if not self.p.partial_rollouts:  # one wave per update, in order
+            return self.started + g.wave - min(h.wave for h in self.groups.values())
+        ahead = sum(self._size(h) for h in self.groups.values() if h.admitted)
+        return expected_update(self.started, ahead, self.per_step)
+
+    def _admit(self) -> None:
+        if self.pending_weights is not None:
+            return  # draining for a weight update
+        out = []
+        while True:
+            g = next((g for g in self.groups.values() if not g.admitted), None)
+            if g is None:  # every buffered group is in flight: draw the next batch
+                self._issue_wave()
+                continue
+            expected = self._expected_update(g)
+            if expected >= self.cfg.steps or expected > self.engine_version + self.bound.k:
+                break
+            g.admitted = True
+            out += g.to_send()
+        self._send(out)
+
+    def _send(self, requests) -> None:
+        if requests:
+            for r in requests:
+                self.in_engine[r.id] = r.group_id
+            self.backend.call(self.engine, "add", requests)
+
+    # ---- engine results ---------------------------------------------------------------------
+    def _on_samples(self, samples: list[Sample]) -> None:
+        finished = [s for s in samples if s.finish_reason != "aborted"]
+        tasks = {self.groups[self.in_engine[s.request_id]].task.id: self.groups[self.in_engine[s.request_id]].task
+                 for s in finished}  # fmt: skip
+        rewards = self.c.scorer(tasks, finished) if finished else []
+        for s in samples:
+            g = self.groups[self.in_engine.pop(s.request_id)]
+            if s.finish_reason == "aborted":
+                g.partial[s.sample_index] = s
+        for s, r in zip(finished, rewards, strict=True):
+            self.groups[s.group_id].done[s.sample_index] = s.with_reward(r)
+
+    def _cut_engine(self) -> None:
+        """Abort everything in the engine; the cut samples wait in their groups to resume."""
+        if not self.in_engine:
+            return
+        abort = self._call_engine("abort_all")
+        if self.engine_future is not None:
+            out = self._get_engine(self.engine_future)
+            self.engine_future = None
+            if out is None:  # died and restarted: nothing is cut, everything was resent
+                return self._cut_engine()
+            self._on_samples(out)
+        cut = self._get_engine(abort)
+        if cut is None:
+            return self._cut_engine()
+        self._on_samples(cut)
+
+    def _resend_cut(self) -> None:
+        self._send([r for g in self.groups.values() if g.admitted and not g.complete
+                    for r in g.to_send() if r.id not in self.in_engine])  # fmt: skip
+
+    def _push_weights(self, weights, version: int) -> None:
+        self.backend.call(self.engine, "update_weights", weights, version)
+        self.engine_version = version
+
+    # ---- consumption ------------------------------------------------------------------------
+    def _trainable(self, update: int, smp: Sample) -> list[bool] | None:
+        """Per-token trained mask of `smp` at `update`, or None when the sample must be dropped."""
+        fresh = self.bound.fresh_mask(update, smp.versions)
+        if all(fresh) or (self.p.stale == "mask" and any(fresh)):
+            return fresh
+        return None
+
+    def _purge_stale(self, update: int) -> None:
+        """Drop every sample of a complete group too stale for `update`, and groups left with fewer than two."""
+        for g in [g for g in self.groups.values() if g.admitted and g.complete]:
+            for i, smp in list(g.done.items()):
+                if self._trainable(update, smp) is None:
+                    del g.done[i]
+                    g.dropped.append(i)
+                    self.dropped.append(smp.request_id)
+            if len(g.requests) - len(g.dropped) < 2:  # no group baseline left: the group is spent
+                self.dropped += [smp.request_id for smp in g.done.values()]
+                del self.groups[g.id]
+
+    def _take_batch(self) -> tuple[list[Sample], list[list[bool]]] | None:
+        """The next update's samples with their trained-token masks, or None while they are not ready.
+
+        Without partial rollouts the update takes the oldest wave (one data-scheduler batch) and
+        waits for all of it; with partial rollouts it takes the oldest complete groups until they
+        hold a step's worth of samples.
+        """
+        self._purge_stale(self.started)
+        admitted = [g for g in self.groups.values() if g.admitted]
+        if self.p.partial_rollouts:
+            groups, total = [], 0
+            for g in (g for g in admitted if g.complete):
+                if total >= self.budget:
+                    break
+                groups.append(g)
+                total += self._size(g)
+            if total < self.budget:
+                return None
+        else:
+            if not admitted:
+                return None
+            w = min(g.wave for g in self.groups.values())
+            groups = [g for g in self.groups.values() if g.wave == w]
+            if not all(g.admitted and g.complete for g in groups):
+                return None
+        samples, masks = [], []
+        self._consumed_tasks = [g.task for g in groups]
+        for g in groups:
+            del self.groups[g.id]
+            self.consumed.append(g.id)
+            for smp in g.samples():
+                samples.append(smp)
+                masks.append(self._trainable(self.started, smp))
+        return samples, masks
+
+    def _launch_update(self) -> bool:
+        if self.started >= self.cfg.steps:
+            return False
+        taken = self._take_batch()
+        if taken is None:
+            return False
+        samples, masks = taken
+        s = self.started
+        rewards = torch.tensor([smp.reward for smp in samples])
+        groups = group_index(samples)
+        adv = registry.get("advantage", self.cfg.algo.advantage)(rewards, groups,
+                                                                   std_normalize=self.cfg.algo.std_normalize)
+        self.data.observe(scored_groups(self._consumed_tasks, samples, rewards, adv))
+        payload = {
+            "prompt_ids": [list(x.prompt_ids) for x in samples], "token_ids": [list(x.token_ids) for x in samples],
+            "logprobs": [list(x.logprobs) for x in samples], "versions": [list(x.versions) for x in samples],
+            "train_mask": masks, "advantages": adv.tolist(), "request_ids": [x.request_id for x in samples],
+            "max_staleness": self.bound.k,
+        }  # fmt: skip
+        self.learner_future = self.backend.call(self.learner, "update", payload, s, num_returns=2)
+        self.started += 1
+        from schedrl.orchestrate.sync import rollout_metrics
+
+        hist = Counter()
+        for smp, m in zip(samples, masks, strict=True):
+            self.bound.record(s, smp.versions, m)
+            hist.update(st for st, t in zip((s - u for u in smp.versions), m, strict=True) if t)
+        n = max(1, sum(hist.values()))
+        self.batch_metrics = {
+            **rollout_metrics(samples, rewards, groups),
+            "staleness_mean": sum(k * v for k, v in hist.items()) / n, "staleness_max": float(max(hist, default=0)),
+            **{f"staleness_hist/{k}": float(v) for k, v in sorted(hist.items())},
+            "masked_tokens": float(sum(len(m) - sum(m) for m in masks)), "dropped_samples": float(len(self.dropped)),
+            "max_staleness": float(self.bound.k), "batch_groups": float(int(groups.max()) + 1),
+        }  # fmt: skip
+        return True
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def run(self) -> None:
+        steps = self.cfg.steps
+        while self.version < steps:
+            if self.pending_weights is not None and not self.in_engine:
+                self._push_weights(*self.pending_weights)
+                self.pending_weights = None
+            self._admit()
+            if self.learner_future is None and not self._launch_update():
+                self._admit()  # dropping stale groups may have made room
+            if self.in_engine and self.engine_future is None:
+                self.engine_future = self._call_engine("run", self.p.engine_chunk_steps)
+            futures = [f for f in (self.engine_future, self.learner_future and self.learner_future[0]) if f]
+            if not futures:
+                raise RuntimeError(f"pipeline stalled at update {self.started}: nothing in the engine, no batch "
+                                   f"ready ({len(self.groups)} groups buffered)")  # fmt: skip
+            ready = self.backend.wait(futures)
+            if self.engine_future is not None and any(f is self.engine_future for f in ready):
+                out = self._get_engine(self.engine_future)
+                self.engine_future = None
+                if out is not None:
+                    self._on_samples(out)
+            if self.learner_future is not None and any(f is self.learner_future[0] for f in ready):
+                self._on_update()
+
+    def _on_update(self) -> None:
+        stats_f, weights = self.learner_future
+        stats = self.backend.get(stats_f)
+        self.learner_future = None
+        self.version += 1
+        self.weights = weights
+        if self.p.inflight_weight_updates:
+            self._push_weights(weights, self.version)
+        elif self.p.partial_rollouts:
+            self._cut_engine()
+            self._push_weights(weights, self.version)
+            self._resend_cut()
+        elif not self.in_engine:
+            self._push_weights(weights, self.version)
+        else:
+            self.pending_weights = (weights, self.version)
+        if "behaviour_kl" in stats:
+            self.bound.observe(stats["behaviour_kl"])
+        now = time.perf_counter()
+        metrics = {**self.batch_metrics, **stats, "step_s": now - self.last_done_t,
+                   "engine_restarts": float(self.engine_restarts)}  # fmt: skip
+        self.last_done_t = now
+        self._after_update(self.version, metrics)
+
+    def _after_update(self, done: int, metrics: dict) -> None:
+        from schedrl.orchestrate.sync import run_eval
+
+        cfg, c = self.cfg, self.c
+        if cfg.eval.every and done % cfg.eval.every == 0 and done < cfg.steps:
+            self.sync_local_weights()
+            metrics |= {f"eval/{k}": v for k, v in run_eval(c).items()}
+        c.logger.log(done, metrics)
+        if self.on_step is not None:
+            self.on_step(done, metrics)
+        if done == cfg.steps or (cfg.save_every and done % cfg.save_every == 0):
+            if done == cfg.steps:
+                self.sync_local_weights()
+                c.state["eval_after"] = run_eval(c)
+                c.logger.log(done, {f"eval/{k}": v for k, v in c.state["eval_after"].items()})
+            self.checkpoint(done)
+
+    def sync_local_weights(self) -> None:
+        """Load the latest weights into this process's model and engine (evaluation)."""
+        w = self.backend.get(self.weights) if not isinstance(self.weights, dict) else self.weights
+        self.c.model.load_state_dict(w)
+        self.c.engine.update_weights(w, self.version)
+
+    def checkpoint(self, done: int) -> None:
+        """Cut the engine so the buffer holds every unconsumed sample, save, then resume generation."""
+        self._cut_engine()
+        if self.pending_weights is not None:
+            self._push_weights(*self.pending_weights)
+            self.pending_weights = None
+        self.write_timeline()
+        self.c.state["pipeline"] = self.state_dict()
+        self.c.state["data_position"] = self.next_wave
+        self.c.state["data"] = self.data.state_dict()
+        self.c.logger.sync()
+        self.backend.get(self.backend.call(self.learner, "save_checkpoint", done, self.c.state))
+        if done < self.cfg.steps:
+            self._resend_cut()
+
+    def write_timeline(self) -> None:
+        spans = []
+        for worker in (self.engine, self.learner):
+            with contextlib.suppress(WorkerDiedError):
+                spans += self.backend.get(self.backend.call(worker, "spans"))
+        append_spans(self.c.run.root / TIMELINE_FILE, sorted(spans, key=lambda s: s.start))
+
+    # ---- state ------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "version": self.version, "next_wave": self.next_wave, "bound": self.bound.state_dict(),
+            "groups": [g.to_dict() for g in self.groups.values()], "consumed": self.consumed,
+            "dropped": self.dropped, "engine_restarts": self.engine_restarts,
+        }  # fmt: skip
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["version"] != self.version:
+            raise ValueError(f"pipeline state is for version {state['version']}, the checkpoint for {self.version}")
+        self.next_wave = state["next_wave"]
+        self.bound.load_state_dict(state["bound"])
+        self.groups = {}
+        for d in state["groups"]:
+            g = Group.from_dict(d)
+            g.admitted = False  # nothing is in a fresh engine: admission sends them again, in order
+            self.groups[g.id] = g
+        self.consumed, self.dropped = list(state["consumed"]), list(state["dropped"])
+        self.engine_restarts = state["engine_restarts"]
+
+
+def _by_group(requests) -> list[tuple[str, list]]:
+    out: dict[str, list] = {}
+    for r in requests:
+        out.setdefault(r.group_id, []).append(r)
+    return list(out.items())
+
+
+def _cfg_dict(cfg) -> dict:
+    from schedrl.config import config_to_dict
+
+    return config_to_dict(cfg)
+
+
+def run_pipeline(c: Components, on_step=None) -> None:
+    """Train `c` from its current step to `cfg.steps` with the asynchronous pipeline."""
+    p = c.cfg.pipeline
+    backend = make_backend(p.backend, address=p.ray_address, engine_cpus=p.engine_cpus,
+                           learner_cpus=p.learner_cpus) if p.backend == "ray" else make_backend("local")  # fmt: skip
+    try:
+        pipe = Pipeline(c, backend, on_step)
+        try:
+            pipe.run()
+        finally:
+            try:
+                pipe.write_timeline()
+            except Exception as err:  # a dead worker must not hide the original error
+                log.warning("could not collect the timeline: %s", err)
+    finally:
+        backend.shutdown()

@@ -1,0 +1,118 @@
+"""The staleness bound k: how many policy versions older than the learner a trained-on token may be.
+
+Versions count optimizer steps: the learner's weights are version v after v updates,
+and update s (0-based) trains on a batch and turns version s into s + 1. A token
+produced by version u has staleness s - u when update s trains on it. The bound is
+enforced twice:
+
+* at admission: a new group may start only if the update expected to consume it,
+  ``started + groups_ahead // groups_per_step``, is at most ``engine_version + k``;
+  every token it gets is then produced by a version >= engine_version;
+* at consumption: every token in a batch for update s must satisfy s - u <= k. Tokens
+  that break it (partial rollouts carried over, over-provisioned groups that waited)
+  are dropped or corrected, as configured -- never used silently.
+
+k = 0 is synchronous on-policy training. ``AutoStaleness`` moves k within
+[k_min, k_max] from the measured mismatch between behaviour and learner log-probs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+def expected_update(started: int, groups_ahead: int, groups_per_step: int) -> int:
+    """Index of the update that will consume a group admitted now, behind `groups_ahead` others."""
+    return started + groups_ahead // groups_per_step
+
+
+def may_admit(started: int, groups_ahead: int, groups_per_step: int, engine_version: int, k: int) -> bool:
+    """Admission rule: the group's consuming update is at most k versions past the engine's weights."""
+    return expected_update(started, groups_ahead, groups_per_step) <= engine_version + k
+
+
+def token_staleness(update: int, versions: Sequence[int]) -> list[int]:
+    """Staleness of each token when `update` trains on it."""
+    return [update - u for u in versions]
+
+
+@dataclass
+class StalenessBound:
+    """A fixed bound k with a histogram of the staleness of every consumed token."""
+
+    k: int = 0
+    histogram: Counter = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        if self.k < 0:
+            raise ValueError(f"max_staleness must be >= 0, got {self.k}")
+
+    def fresh_mask(self, update: int, versions: Sequence[int]) -> list[bool]:
+        """Per token: may `update` train on it?"""
+        return [s <= self.k for s in token_staleness(update, versions)]
+
+    def record(self, update: int, versions: Sequence[int], trained: Sequence[bool]) -> None:
+        for s, t in zip(token_staleness(update, versions), trained, strict=True):
+            if t:
+                self.histogram[s] += 1
+
+    def observe(self, mismatch: float) -> int:
+        """A fixed bound ignores the measured mismatch; returns k."""
+        return self.k
+
+    def state_dict(self) -> dict:
+        return {"k": self.k, "histogram": {str(s): n for s, n in self.histogram.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.k = int(state["k"])
+        self.histogram = Counter({int(s): n for s, n in state["histogram"].items()})
+
+
+@dataclass
+class AutoStaleness(StalenessBound):
+    """``max_staleness: auto``: k follows the measured behaviour-vs-learner mismatch.
+
+    Rule (checked after every update, on the tokens it consumed): keep an exponential
+    moving average m of the mismatch (the k3 KL estimate between the behaviour and
+    the learner's pre-update policy, per token). If m > ``high`` the data is too far
+    off-policy: k <- max(k - 1, k_min). If m < ``low`` and at least ``patience``
+    updates have passed since the last change: k <- min(k + 1, k_max). Between the two
+    thresholds k stays. Growing slowly and shrinking at once keeps the pipeline deep
+    only while the correction has little to correct.
+    """
+
+    k_min: int = 0
+    k_max: int = 4
+    low: float = 0.002
+    high: float = 0.01
+    ema: float = 0.5
+    patience: int = 2
+    mismatch: float | None = None
+    since_change: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 <= self.k_min <= self.k_max:
+            raise ValueError(f"staleness bounds need 0 <= k_min <= k_max, got k_min={self.k_min}, k_max={self.k_max}")
+        if not 0 <= self.low < self.high:
+            raise ValueError(f"auto staleness needs 0 <= low < high, got low={self.low}, high={self.high}")
+        self.k = min(max(self.k, self.k_min), self.k_max)
+
+    def observe(self, mismatch: float) -> int:
+        m = mismatch if self.mismatch is None else self.ema * self.mismatch + (1 - self.ema) * mismatch
+        self.mismatch = m
+        self.since_change += 1
+        if m > self.high and self.k > self.k_min:
+            self.k, self.since_change = self.k - 1, 0
+        elif m < self.low and self.k < self.k_max and self.since_change >= self.patience:
+            self.k, self.since_change = self.k + 1, 0
+        return self.k
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "mismatch": self.mismatch, "since_change": self.since_change}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.mismatch, self.since_change = state["mismatch"], int(state["since_change"])

@@ -1,0 +1,118 @@
+"""What each worker did when: spans (worker, kind, start, end) on the wall clock.
+
+Kinds: ``generate`` (a batch of engine steps), ``prefill`` and ``decode`` (one engine
+forward, labelled by whether it admitted new prompts), ``train``, ``weight-sync`` and
+``wait``. Consecutive spans of one kind on one worker that touch are merged, so a
+run of a thousand decode steps is one span. Spans are written to the run directory
+as JSONL; ``schedrl report RUN_DIR`` draws them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+TIMELINE_FILE = "timeline.jsonl"  # in the run directory
+KINDS = ("generate", "prefill", "decode", "train", "weight-sync", "wait")
+BUSY = frozenset(KINDS) - {"wait"}
+MERGE_GAP_S = 1e-3
+
+
+@dataclass
+class Span:
+    worker: str
+    kind: str
+    start: float  # time.time() seconds
+    end: float
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+class Recorder:
+    """Collects one worker's spans; `drain()` hands them over and forgets them."""
+
+    def __init__(self, worker: str) -> None:
+        self.worker = worker
+        self.spans: list[Span] = []
+
+    def add(self, kind: str, start: float, end: float) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown span kind {kind!r}; expected one of {', '.join(KINDS)}")
+        last = self.spans[-1] if self.spans else None
+        if last is not None and last.kind == kind and 0 <= start - last.end <= MERGE_GAP_S:
+            last.end = max(last.end, end)
+        else:
+            self.spans.append(Span(self.worker, kind, start, end))
+
+    @contextmanager
+    def span(self, kind: str) -> Iterator[None]:
+        start = time.time()
+        try:
+            yield
+        finally:
+            self.add(kind, start, time.time())
+
+    def drain(self) -> list[Span]:
+        spans, self.spans = self.spans, []
+        return spans
+
+
+def append_spans(path: Path, spans: Iterable[Span]) -> None:
+    with open(path, "a") as f:
+        for s in spans:
+            f.write(json.dumps(asdict(s)) + "\n")
+
+
+def read_spans(path: Path) -> list[Span]:
+    spans = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                spans.append(Span(**json.loads(line)))
+            except (json.JSONDecodeError, TypeError) as e:
+                raise ValueError(f"{path}:{n}: not a timeline span ({e}): {line.strip()[:80]!r}") from e
+    return spans
+
+
+def busy_fractions(spans: Iterable[Span]) -> dict[str, dict[str, float]]:
+    """Per worker: busy seconds by kind, and the idle fraction over the whole run's window.
+
+    The window runs from the first span's start to the last span's end over all
+    workers, so a worker that starts late or ends early counts that time as idle.
+    Overlapping busy spans of one worker are counted once.
+    """
+    spans = list(spans)
+    if not spans:
+        return {}
+    t0, t1 = min(s.start for s in spans), max(s.end for s in spans)
+    window = max(t1 - t0, 1e-9)
+    out: dict[str, dict[str, float]] = {}
+    by_worker: dict[str, list[Span]] = defaultdict(list)
+    for s in spans:
+        by_worker[s.worker].append(s)
+    for worker, ws in sorted(by_worker.items()):
+        row: dict[str, float] = defaultdict(float)
+        for s in ws:
+            row[s.kind] += s.duration
+        busy = _union_length([(s.start, s.end) for s in ws if s.kind in BUSY])
+        out[worker] = {**row, "busy_s": busy, "idle_frac": 1.0 - busy / window}
+    return out
+
+
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, -float("inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total

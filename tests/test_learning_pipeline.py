@@ -1,0 +1,36 @@
+"""The critic-based and non-PPO algorithms through the whole synchronous pipeline (engine, task,
+config) on the reverse task after a short SFT warm-up: the reward rises. Slow: minutes each."""
+
+from __future__ import annotations
+
+import pytest
+from test_train import REVERSE
+
+from schedrl.config import config_from_dict
+from schedrl.orchestrate.sync import train
+from schedrl.train.run_dir import RunDir, read_metrics
+
+ALGOS = {
+    "ppo": {"name": "ppo", "advantage": "reward", "vf_coef": 0.5},
+    "sao": {"name": "sao", "advantage": "reward", "vf_coef": 0.5},
+    "rover": {"name": "rover", "std_normalize": False},
+    "pacs": {"name": "pacs", "advantage": "reward"},
+    "rapid": {"name": "rapid"},
+}
+EXTRA = {
+    "sao": {"sampling": {**REVERSE["sampling"], "prompts_per_step": 128, "group_size": 1}},
+    "rapid": {"optim": {"lr": 3e-4, "minibatches": 4}},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(ALGOS))
+def test_pipeline_reward_rises(tmp_path, name):
+    run = {"steps": 60, "save_every": 0, "eval": {"tasks": 0}, "algo": ALGOS[name]}
+    cfg = config_from_dict({**REVERSE, **run, **EXTRA.get(name, {})})
+    train(cfg, RunDir.create(tmp_path, name))
+    rewards = [
+        r["reward_mean"] for r in read_metrics(tmp_path / name / "metrics.jsonl") if "reward_mean" in r
+    ]
+    first, last = sum(rewards[:15]) / 15, sum(rewards[-15:]) / 15
+    assert last > first + 0.1, (first, last)

@@ -1,0 +1,175 @@
+"""The pipeline's bookkeeping over random schedules (hypothesis), on a fake engine and learner.
+
+The fake engine behaves like `EngineWorker` (concurrency cap, one token per running
+request per step, per-token versions, abort keeps the prefix, weights between calls);
+the backend hands results back in a random order, as real workers would finish. Over
+every schedule: no trained-on token is older than k, and every issued sample is
+consumed once, dropped, or still buffered -- never lost, never trained on twice.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schedrl.config import config_from_dict
+from schedrl.data import DataContext, make_scheduler
+from schedrl.distributed.backend import LocalBackend
+from schedrl.envs import make_task
+from schedrl.envs.scoring import RewardScorer
+from schedrl.orchestrate.build import Components
+from schedrl.orchestrate.pipeline import Pipeline
+from schedrl.train.run_dir import RunDir
+from schedrl.types import Request, Sample
+
+
+class FakeEngine:
+    def __init__(self, cfg, weights, version):
+        self.version, self.cap = version, cfg.engine.max_concurrency
+        self.waiting: list[Request] = []
+        self.running: dict[str, list] = {}  # id -> [request, tokens, versions]
+
+    def _target(self, r: Request) -> int:
+        return 1 + zlib.crc32(r.id.encode()) % r.params.max_new_tokens
+
+    def add(self, requests):
+        for r in requests:
+            assert r.id not in self.running and all(w.id != r.id for w in self.waiting), f"{r.id} sent twice"
+            assert len(r.prefix_ids) < r.params.max_new_tokens
+        self.waiting += requests
+
+    def run(self, max_steps):
+        out = []
+        for _ in range(max_steps):
+            while self.waiting and len(self.running) < self.cap:
+                r = self.waiting.pop(0)
+                self.running[r.id] = [r, list(r.prefix_ids), list(r.prefix_versions)]
+            if not self.running:
+                break
+            for rid, (r, toks, vers) in list(self.running.items()):
+                toks.append(7)
+                vers.append(self.version)
+                if len(toks) >= self._target(r):
+                    del self.running[rid]
+                    out.append(self._sample(r, toks, vers, "stop"))
+        return out
+
+    def _sample(self, r, toks, vers, reason):
+        assert len(toks) <= r.params.max_new_tokens, "a resumed sample outgrew its budget"
+        return Sample(r.id, r.prompt_ids, tuple(toks), tuple(-1.0 for _ in toks), tuple(vers), reason, r.params,
+                      text="", task_id=r.task_id, group_id=r.group_id, sample_index=r.sample_index)  # fmt: skip
+
+    def abort_all(self):
+        cut = [self._sample(r, list(r.prefix_ids), list(r.prefix_versions), "aborted") for r in self.waiting]
+        cut += [self._sample(r, t, v, "aborted") for r, t, v in self.running.values()]
+        self.waiting, self.running = [], {}
+        return cut
+
+    def update_weights(self, weights, version):
+        assert version >= self.version
+        self.version = version
+        return version
+
+    def spans(self):
+        return []
+
+
+class FakeLearner:
+    def __init__(self, rng: random.Random):
+        self.rng, self.batches = rng, []
+
+    def update(self, payload, step):
+        k = payload["max_staleness"]
+        for vers, mask in zip(payload["versions"], payload["train_mask"], strict=True):
+            assert len(vers) == len(mask)
+            assert all(step - v <= k for v, m in zip(vers, mask, strict=True) if m), (step, vers, mask, k)
+            assert any(mask)
+        self.batches.append(payload["request_ids"])
+        return {"behaviour_kl": self.rng.choice([0.0, 0.001, 0.05])}, {"w": torch.zeros(1)}
+
+    def spans(self):
+        return []
+
+
+class ShuffledBackend(LocalBackend):
+    """Results come back in a random order: any interleaving of engine and learner completions."""
+
+    def __init__(self, rng: random.Random, learner: FakeLearner):
+        self.rng, self.fake_learner = rng, learner
+
+    def start_engine(self, cfg, weights, version):
+        from schedrl.config import config_from_dict
+
+        return FakeEngine(config_from_dict(cfg), weights, version)
+
+    def start_learner(self, cfg, run_root, checkpoint):
+        return self.fake_learner
+
+    def wait(self, futures, timeout=None):
+        return [f for f in futures if self.rng.random() < 0.5] or [self.rng.choice(futures)]
+
+
+class CheckedPipeline(Pipeline):
+    def __init__(self, *args):
+        self.metrics, self.issued = [], set()
+        super().__init__(*args)
+
+    def _issue_wave(self):
+        super()._issue_wave()
+        self.issued |= {r.id for g in self.groups.values() for r in g.requests}
+
+    def _after_update(self, done, metrics):  # no evaluation or checkpoint: only the scheduling is under test
+        self.metrics.append(metrics)
+
+
+@pytest.fixture(scope="module")
+def source():
+    return make_task("addition")
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    k=st.sampled_from([0, 1, 2, "auto"]), partial=st.booleans(), inflight=st.booleans(),
+    overprovision=st.sampled_from([1.0, 1.5, 2.0]), stale=st.sampled_from(["drop", "mask"]),
+    prompts=st.integers(1, 3), group=st.integers(2, 3), max_new=st.integers(1, 6), chunk=st.integers(1, 4),
+    cap=st.integers(1, 8), steps=st.integers(1, 6), seed=st.integers(0, 10_000),
+    data=st.sampled_from(["uniform", "coba", "difficulty_profile"]),
+)  # fmt: skip
+def test_staleness_bound_and_sample_ledger(tokenizer, source, k, partial, inflight, overprovision, stale, prompts,
+                                           group, max_new, chunk, cap, steps, seed, data):  # fmt: skip
+    cfg = config_from_dict({
+        "steps": steps, "engine": {"max_concurrency": cap},
+        "sampling": {"prompts_per_step": prompts, "group_size": group, "max_new_tokens": max_new},
+        "algo": {"correction": "decoupled"}, "data": {"scheduler": data},
+        "pipeline": {"mode": "async", "backend": "local", "max_staleness": k, "partial_rollouts": partial,
+                     "inflight_weight_updates": inflight, "overprovision": overprovision, "stale": stale,
+                     "engine_chunk_steps": chunk, "staleness_max": 2},
+    })  # fmt: skip
+    rng = random.Random(seed)
+    learner = FakeLearner(rng)
+    run = RunDir(Path("/nonexistent/schedrl-run"))  # no checkpoint: the learner would start from the config
+    ctx = DataContext(source, cfg.seed, group, steps)  # variable group sizes unless uniform
+    c = Components(cfg, run, torch.nn.Linear(1, 1), tokenizer, source, None, None, RewardScorer(source), None, 0,
+                   data=make_scheduler(data, ctx))  # fmt: skip
+    pipe = CheckedPipeline(c, ShuffledBackend(rng, learner))
+    pipe.run()
+
+    assert pipe.version == steps and len(learner.batches) == steps
+    trained = [rid for batch in learner.batches for rid in batch]
+    assert len(trained) == len(set(trained)), "a sample was trained on twice"
+    issued = pipe.issued
+    buffered = {r.id for g in pipe.groups.values() for r in g.requests if r.sample_index not in g.dropped}
+    dropped = set(pipe.dropped)
+    assert len(dropped) == len(pipe.dropped)
+    assert not (set(trained) & dropped) and not (set(trained) & buffered) and not (dropped & buffered)
+    assert set(trained) | dropped | buffered == issued, "a sample was lost"
+    if k != "auto":
+        assert all(m["staleness_max"] <= k for m in pipe.metrics)
+    if k == 0 and not partial:
+        assert not dropped and all(m["staleness_max"] == 0 for m in pipe.metrics)
