@@ -99,6 +99,7 @@ class OptimConfig:
     warmup_steps: int = 0  # linear warm-up steps (warmup and cosine)
     max_grad_norm: float = 1.0  # gradient clipping; 0 disables
     micro_batch_size: int = 128  # sequences per forward/backward (gradient accumulation)
+    micro_batch_tokens: int = 1024  # padded tokens per forward/backward (rows sorted by length); 0 = no cap
     ppo_epochs: int = 1  # passes over each step's samples
     minibatches: int = 1  # optimizer steps per pass
     max_bad_steps: int = 5  # stop after this many non-finite losses in a row
@@ -174,7 +175,7 @@ _POSITIVE = {
 }  # fmt: skip
 _NON_NEGATIVE = {
     "save_every", "sampling.temperature", "sampling.top_k", "algo.clip_eps", "algo.kl_coef",
-    "optim.weight_decay", "optim.warmup_steps", "optim.max_grad_norm", "sft.steps", "eval.tasks",
+    "optim.weight_decay", "optim.warmup_steps", "optim.micro_batch_tokens", "optim.max_grad_norm", "sft.steps", "eval.tasks",
     "eval.every", "eval.temperature", "max_reward_error_rate",
 }  # fmt: skip
 

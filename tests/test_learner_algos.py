@@ -115,7 +115,7 @@ def test_pacs_micro_batches_hold_whole_groups(default_model):
         copy.deepcopy(default_model), OptimConfig(micro_batch_size=5), AlgoConfig(name="pacs"), 10
     )
     groups = prompt_groups(batch)
-    chunks = learner._micro_batches(torch.arange(len(batch)), groups)
+    chunks = learner._micro_batches(torch.arange(len(batch)), groups, batch)
     assert [len(c) for c in chunks] == [4, 4, 4]  # 4 + 4 > 5: one group per micro-batch
     for c in chunks:
         assert len(set(groups[c].tolist())) == 1

@@ -149,7 +149,7 @@ class Learner:
     def vocab_mean_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         """Mean over the vocabulary of log pi(v | s_t) (B, L-1) under the current policy, no gradients."""
         out = torch.zeros_like(batch.mask)
-        for idx in torch.arange(len(batch)).split(self.cfg.micro_batch_size):
+        for idx in self._chunks(torch.arange(len(batch)), batch):
             mb = batch.select(idx).to(self.device)
             out[idx, : mb.targets.shape[1]] = vocab_mean_logp(
                 self._forward(self.model, mb)[1], self.temperature
@@ -160,7 +160,7 @@ class Learner:
     def values(self, batch: TokenBatch) -> torch.Tensor:
         """V(s_t) (B, L-1) for every target of `batch` under the current value head, without gradients."""
         out = torch.zeros_like(batch.mask)
-        for idx in torch.arange(len(batch)).split(self.cfg.micro_batch_size):
+        for idx in self._chunks(torch.arange(len(batch)), batch):
             mb = batch.select(idx).to(self.device)
             out[idx, : mb.targets.shape[1]] = self._forward_values(self.model, mb, True)[2].float().cpu()
         return out
@@ -169,7 +169,7 @@ class Learner:
     def logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
         """Log-probs of every target under `model`, in micro-batches, without gradients."""
         out = torch.zeros_like(batch.mask)
-        for idx in torch.arange(len(batch)).split(self.cfg.micro_batch_size):
+        for idx in self._chunks(torch.arange(len(batch)), batch):
             mb = batch.select(idx).to(self.device)
             out[idx, : mb.targets.shape[1]] = self._forward(model, mb)[0].cpu()
         return out
@@ -187,9 +187,9 @@ class Learner:
         n = len(batch)
         several_updates = self.cfg.ppo_epochs * self.cfg.minibatches > 1
         corrected = self.algo.correction != "none"
-        # pi_old: the policy before this step's first update (recomputed only when it can differ from
-        # pi_theta, and always as pi_prox under a correction).
-        old_logp = self.logprobs(self.model, batch) if several_updates or corrected else None
+        # pi_old (pi_prox under a correction): the policy before this step's first update. Recomputed only
+        # when it can differ from pi_theta; with one update it is the training forward's own log-probs.
+        old_logp = self.logprobs(self.model, batch) if several_updates else None
         ref_logp = self.logprobs(self.ref_model, batch) if self.algo.kl_coef > 0 else None
         extra: dict[str, torch.Tensor] = {}  # (B, L-1) inputs sliced per micro-batch
         if corrected and "versions" in self.loss_params and batch.versions is None:
@@ -209,6 +209,8 @@ class Learner:
             "budget": self.max_new_tokens or int(batch.mask.sum(-1).max()),  # Dr. GRPO's per-row constant
             # losses over whole groups (PACS) see every sample of a group in one micro-batch
             "groups": prompt_groups(batch) if "group_index" in self.loss_params else None,
+            # one update under a correction: pi_prox of every row, filled in by the training forward
+            "prox": torch.zeros_like(batch.mask) if corrected and old_logp is None else None,
         }
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
         sums: dict[str, float] = defaultdict(float)
@@ -222,7 +224,8 @@ class Learner:
         self.scheduler.step()
         out = {k: v / updates for k, v in sums.items()}
         if corrected:  # pi_prox against pi_behav on the whole batch, before any update
-            out |= offpolicy_stats(old_logp, batch.behaviour_logp, batch.mask, self.algo.is_cap)
+            prox = old_logp if old_logp is not None else ctx["prox"]
+            out |= offpolicy_stats(prox, batch.behaviour_logp, batch.mask, self.algo.is_cap)
         out["lr"] = self.scheduler.get_last_lr()[0]
         out["skipped_steps"] = float(self.skipped_steps)
         return out
@@ -239,10 +242,32 @@ class Learner:
             for part in order.tensor_split(self.cfg.minibatches) if len(part)
         ]  # fmt: skip
 
-    def _micro_batches(self, mb_inds: torch.Tensor, groups: torch.Tensor | None) -> list[torch.Tensor]:
+    def _chunks(self, rows: torch.Tensor, batch: TokenBatch) -> list[torch.Tensor]:
+        """Micro-batches of `rows`: sorted by length, each at most `micro_batch_size` rows and, past
+        its first row, `micro_batch_tokens` padded tokens -- rows of similar length share a forward,
+        so little of it is padding."""
+        lengths = batch.attention_mask[rows].sum(-1)
+        order = rows[torch.argsort(lengths, descending=True, stable=True)].tolist()
+        width = dict(zip(rows.tolist(), lengths.tolist(), strict=True))
+        budget = self.cfg.micro_batch_tokens or float("inf")
+        chunks: list[list[int]] = []
+        for r in order:  # longest first: a chunk's first row sets its padded width
+            if (
+                chunks
+                and len(chunks[-1]) < self.cfg.micro_batch_size
+                and (len(chunks[-1]) + 1) * width[chunks[-1][0]] <= budget
+            ):
+                chunks[-1].append(r)
+            else:
+                chunks.append([r])
+        return [torch.tensor(c) for c in chunks]
+
+    def _micro_batches(
+        self, mb_inds: torch.Tensor, groups: torch.Tensor | None, batch: TokenBatch
+    ) -> list[torch.Tensor]:
         """Split a minibatch into micro-batches; with `groups`, never across a group."""
         if groups is None:
-            return list(mb_inds.split(self.cfg.micro_batch_size))
+            return self._chunks(mb_inds, batch)
         chunks: list[list[int]] = [[]]
         for g in dict.fromkeys(groups[mb_inds].tolist()):  # groups in order of appearance
             rows = mb_inds[groups[mb_inds] == g].tolist()
@@ -283,11 +308,13 @@ class Learner:
         finite = True
         summed = "max_tokens" in self.loss_params  # the loss divides by a constant: micro-batch losses add up
         per_row = "agg" not in self.loss_params and not summed  # a mean over sequences
-        for idx in self._micro_batches(mb_inds, ctx["groups"]):
+        for idx in self._micro_batches(mb_inds, ctx["groups"], batch):
             mb = batch.select(idx).to(self.device)
             logp, logits, values = self._forward_values(self.model, mb, self.value_head is not None)
             width = logp.shape[1]
             old = old_logp[idx, :width].to(self.device) if old_logp is not None else logp.detach()
+            if ctx["prox"] is not None:
+                ctx["prox"][idx, :width] = old.cpu()
             adv = advantages[idx] if advantages.dim() == 1 else advantages[idx, :width]
             kw = self._loss_kwargs(mb, idx, width, mb_inds, ref_logp, extra, ctx, values, logits)
             loss, stats = self.loss_fn(logp, old, adv.to(self.device), mb.mask, **kw)
