@@ -18,6 +18,7 @@ smaller, and then it only measures.
 from __future__ import annotations
 
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -124,7 +125,7 @@ class TaskPool:
         self.domains = sorted(self.by_domain)
 
 
-class PoolScheduler:
+class PoolScheduler(ABC):
     """Shared plumbing: a step counter, per-step RNGs, a task pool and per-task statistics.
 
     Subclasses implement ``_select(budget, rng) -> Batch`` and may extend ``observe`` and the
@@ -164,8 +165,9 @@ class PoolScheduler:
         self.position += 1
         return batch
 
+    @abstractmethod
     def _select(self, budget: int, rng: random.Random) -> Batch:
-        raise NotImplementedError
+        """This step's batch within `budget`, drawing only from `rng`."""
 
     def observe(self, groups: Sequence[ScoredGroup]) -> None:
         self.stats.update(groups, self.position)
@@ -181,8 +183,8 @@ class PoolScheduler:
     def _extra_state(self) -> dict[str, Any]:
         return {}
 
-    def _load_extra(self, state: dict[str, Any]) -> None:
-        pass
+    def _load_extra(self, state: dict[str, Any]) -> None:  # noqa: B027 -- optional hook, no extra state by default
+        """Restore what `_extra_state` saved."""
 
 
 class EpochOrder:

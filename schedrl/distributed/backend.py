@@ -141,6 +141,7 @@ class RayBackend:
 
 
 def make_backend(name: str, **kwargs):
+    """`name` "ray" (keyword arguments as `RayBackend`) or "local" (they are ignored: one process)."""
     if name == "local":
         return LocalBackend()
     if name == "ray":

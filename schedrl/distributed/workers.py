@@ -51,9 +51,6 @@ class EngineWorker:
                                version=version)  # fmt: skip
         self.timeline = Recorder("engine")
 
-    def ping(self) -> int:
-        return self.engine.version
-
     def add(self, requests: Sequence[Request]) -> None:
         for r in requests:
             self.engine.add(r)
@@ -80,9 +77,6 @@ class EngineWorker:
         with self.timeline.span("weight-sync"):
             self.engine.update_weights(weights, version)
         return version
-
-    def num_unfinished(self) -> int:
-        return self.engine.num_waiting + self.engine.num_running
 
     def spans(self) -> list[Span]:
         return self.timeline.drain()

@@ -29,12 +29,14 @@ from collections.abc import Callable
 import torch
 
 from schedrl.algos import registry
-from schedrl.data import DataContext, make_scheduler, scored_groups
+from schedrl.config import config_to_dict
+from schedrl.data import scored_groups
 from schedrl.distributed import WorkerDiedError, make_backend
 from schedrl.distributed.workers import cpu_weights
 from schedrl.orchestrate.buffer import Group
 from schedrl.orchestrate.build import Components
 from schedrl.orchestrate.staleness import AutoStaleness, StalenessBound, expected_update
+from schedrl.orchestrate.sync import rollout_metrics, run_eval, sampling_params
 from schedrl.rollout import group_index, group_requests
 from schedrl.timeline import TIMELINE_FILE, append_spans
 from schedrl.train.checkpoint import latest_checkpoint
@@ -50,19 +52,13 @@ def make_bound(p) -> StalenessBound:
     return StalenessBound(p.max_staleness)
 
 
-def off_policy(p) -> bool:
-    """Can a trained-on token come from older weights than the learner's?"""
-    return p.max_staleness != 0 or p.partial_rollouts or p.inflight_weight_updates
-
-
 class Pipeline:
     def __init__(self, c: Components, backend, on_step: Callable[[int, dict], None] | None = None) -> None:
         self.c, self.cfg, self.p = c, c.cfg, c.cfg.pipeline
         self.backend, self.on_step = backend, on_step
         self.budget = self.cfg.sampling.prompts_per_step * self.cfg.sampling.group_size  # samples per update
         self.per_step = round(self.budget * self.p.overprovision) if self.p.partial_rollouts else self.budget
-        self.data = c.data or make_scheduler("uniform", DataContext(c.source, self.cfg.seed,
-                                             self.cfg.sampling.group_size, self.cfg.steps))  # fmt: skip
+        self.data = c.data  # the data scheduler: each wave is one of its batches
         self.bound = make_bound(self.p)
         start = c.start_step or 0
         self.version = self.started = self.engine_version = start
@@ -81,11 +77,11 @@ class Pipeline:
         self.weights = backend.put(cpu_weights(c.model))
         self.engine = self._start_engine()
         ckpt = latest_checkpoint(c.run.ckpt_dir)
-        self.learner = backend.start_learner(_cfg_dict(self.cfg), str(c.run.root), ckpt and str(ckpt))
+        self.learner = backend.start_learner(config_to_dict(self.cfg), str(c.run.root), ckpt and str(ckpt))
 
     # ---- workers ----------------------------------------------------------------------------
     def _start_engine(self):
-        return self.backend.start_engine(_cfg_dict(self.cfg), self.weights, self.version)
+        return self.backend.start_engine(config_to_dict(self.cfg), self.weights, self.version)
 
     def _call_engine(self, method: str, *args):
         return self.backend.call(self.engine, method, *args)
@@ -114,8 +110,6 @@ class Pipeline:
     # ---- admission --------------------------------------------------------------------------
     def _issue_wave(self) -> None:
         """Draw the next batch from the data scheduler; its groups join the buffer, not yet admitted."""
-        from schedrl.orchestrate.sync import sampling_params
-
         w = self.next_wave
         plan = self.data.next_batch(self.budget)
         tasks = [t for t, _ in plan]
@@ -160,8 +154,7 @@ class Pipeline:
     # ---- engine results ---------------------------------------------------------------------
     def _on_samples(self, samples: list[Sample]) -> None:
         finished = [s for s in samples if s.finish_reason != "aborted"]
-        tasks = {self.groups[self.in_engine[s.request_id]].task.id: self.groups[self.in_engine[s.request_id]].task
-                 for s in finished}  # fmt: skip
+        tasks = {t.id: t for t in (self.groups[self.in_engine[s.request_id]].task for s in finished)}
         rewards = self.c.scorer(tasks, finished) if finished else []
         for s in samples:
             g = self.groups[self.in_engine.pop(s.request_id)]
@@ -270,12 +263,9 @@ class Pipeline:
         }  # fmt: skip
         self.learner_future = self.backend.call(self.learner, "update", payload, s, num_returns=2)
         self.started += 1
-        from schedrl.orchestrate.sync import rollout_metrics
-
         hist = Counter()
         for smp, m in zip(samples, masks, strict=True):
-            self.bound.record(s, smp.versions, m)
-            hist.update(st for st, t in zip((s - u for u in smp.versions), m, strict=True) if t)
+            hist += self.bound.record(s, smp.versions, m)
         n = max(1, sum(hist.values()))
         self.batch_metrics = {
             **rollout_metrics(samples, rewards, groups),
@@ -336,8 +326,6 @@ class Pipeline:
         self._after_update(self.version, metrics)
 
     def _after_update(self, done: int, metrics: dict) -> None:
-        from schedrl.orchestrate.sync import run_eval
-
         cfg, c = self.cfg, self.c
         if cfg.eval.every and done % cfg.eval.every == 0 and done < cfg.steps:
             self.sync_local_weights()
@@ -409,17 +397,11 @@ def _by_group(requests) -> list[tuple[str, list]]:
     return list(out.items())
 
 
-def _cfg_dict(cfg) -> dict:
-    from schedrl.config import config_to_dict
-
-    return config_to_dict(cfg)
-
-
 def run_pipeline(c: Components, on_step=None) -> None:
     """Train `c` from its current step to `cfg.steps` with the asynchronous pipeline."""
     p = c.cfg.pipeline
     backend = make_backend(p.backend, address=p.ray_address, engine_cpus=p.engine_cpus,
-                           learner_cpus=p.learner_cpus) if p.backend == "ray" else make_backend("local")  # fmt: skip
+                           learner_cpus=p.learner_cpus)  # fmt: skip
     try:
         pipe = Pipeline(c, backend, on_step)
         try:

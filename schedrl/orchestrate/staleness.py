@@ -53,10 +53,11 @@ class StalenessBound:
         """Per token: may `update` train on it?"""
         return [s <= self.k for s in token_staleness(update, versions)]
 
-    def record(self, update: int, versions: Sequence[int], trained: Sequence[bool]) -> None:
-        for s, t in zip(token_staleness(update, versions), trained, strict=True):
-            if t:
-                self.histogram[s] += 1
+    def record(self, update: int, versions: Sequence[int], trained: Sequence[bool]) -> Counter:
+        """Count the staleness of the trained tokens in the run's histogram; returns this sample's counts."""
+        counts = Counter(s for s, t in zip(token_staleness(update, versions), trained, strict=True) if t)
+        self.histogram += counts
+        return counts
 
     def observe(self, mismatch: float) -> int:
         """A fixed bound ignores the measured mismatch; returns k."""
