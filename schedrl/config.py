@@ -135,8 +135,21 @@ class PipelineConfig:
     overprovision: float = 1.0  # partial rollouts: groups in flight per step's worth, as a factor >= 1
     engine_chunk_steps: int = 8  # engine steps per call between the loop's bookkeeping
     ray_address: str | None = None  # join this Ray cluster; None starts a local one
-    engine_cpus: int = 1  # cores (and torch threads) of the engine actor
+    num_engines: int = 1  # engine workers; groups go to the one holding the fewest requests
+    engine_cpus: int = 1  # cores (and torch threads) of each engine actor
     learner_cpus: int = 1  # cores (and torch threads) of the learner actor
+
+
+@dataclass
+class RolloutConfig:
+    """Rollout features of the synchronous loop (`schedrl.rollout.step`)."""
+
+    speculative: bool = False  # SPEC-RL: a task's last rollout drafts its next one, verified by the current policy
+    draft_versions: int = 4  # a draft at most N versions older than the policy is used; older ones are not
+    prune_keep: int = 0  # ARRoL: prune each group online to this many samples (0: off; < sampling.group_size)
+    prune_success_frac: float = 0.5  # share of predicted successes among the kept samples
+    prune_check_tokens: int = 4  # output tokens every running member needs before its group is judged
+    prune_mode: Literal["drop", "keep"] = "drop"  # pruned samples: dropped from the loss, or kept (partial text)
 
 
 @dataclass
@@ -164,6 +177,7 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
 
 
 # Fields that must be > 0 or >= 0, by dotted name.
@@ -261,6 +275,7 @@ def _validate(cfg: RunConfig) -> None:
     _validate_pipeline(cfg.pipeline, cfg.algo)
     _validate_admission(cfg.engine)
     _validate_data(cfg)
+    _validate_rollout(cfg)
     if not 0 < cfg.sampling.top_p <= 1:
         raise ConfigError(f"config field 'sampling.top_p' must be in (0, 1], got {cfg.sampling.top_p!r}")
     if cfg.sampling.prompts_per_step * cfg.sampling.group_size < cfg.optim.minibatches:
@@ -295,6 +310,26 @@ def _validate_data(cfg: RunConfig) -> None:
         raise ConfigError(f"config field 'data.args' ({d.args!r}): {err}") from None
 
 
+def _validate_rollout(cfg: RunConfig) -> None:
+    r = cfg.rollout
+    if r.draft_versions <= 0:
+        raise ConfigError(f"config field 'rollout.draft_versions' must be > 0, got {r.draft_versions!r}")
+    if r.prune_keep and not 2 <= r.prune_keep < cfg.sampling.group_size:
+        raise ConfigError(f"config field 'rollout.prune_keep' must be 0 (off) or in [2, sampling.group_size="
+                          f"{cfg.sampling.group_size}), got {r.prune_keep!r}")  # fmt: skip
+    if not 0 <= r.prune_success_frac <= 1:
+        raise ConfigError(f"config field 'rollout.prune_success_frac' must be in [0, 1], got {r.prune_success_frac!r}")
+    if r.prune_check_tokens <= 0:
+        raise ConfigError(f"config field 'rollout.prune_check_tokens' must be > 0, got {r.prune_check_tokens!r}")
+    on = [f"rollout.{n}" for n in ("speculative", "prune_keep") if getattr(r, n)]
+    if len(on) == 2:
+        raise ConfigError("config fields 'rollout.speculative' and 'rollout.prune_keep' cannot both be on: a "
+                          "group's drafts would finish outside the pruner's view")  # fmt: skip
+    if on and cfg.pipeline.mode == "async":
+        raise ConfigError(f"config field '{on[0]}' works in the synchronous loop only (pipeline.mode: sync), "
+                          "got pipeline.mode 'async'")  # fmt: skip
+
+
 def _validate_pipeline(p: PipelineConfig, algo: AlgoConfig) -> None:
     off_policy = p.max_staleness != 0 or p.partial_rollouts or p.inflight_weight_updates
     if p.mode == "async" and off_policy and algo.correction == "none":
@@ -314,7 +349,7 @@ def _validate_pipeline(p: PipelineConfig, algo: AlgoConfig) -> None:
                           f"got {p.auto_low!r} and {p.auto_high!r}")  # fmt: skip
     if p.overprovision < 1:
         raise ConfigError(f"config field 'pipeline.overprovision' must be >= 1, got {p.overprovision!r}")
-    for name in ("engine_chunk_steps", "engine_cpus", "learner_cpus"):
+    for name in ("engine_chunk_steps", "num_engines", "engine_cpus", "learner_cpus"):
         if getattr(p, name) <= 0:
             raise ConfigError(f"config field 'pipeline.{name}' must be > 0, got {getattr(p, name)!r}")
 

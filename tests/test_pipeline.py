@@ -17,6 +17,7 @@ from schedrl.orchestrate.build import build, load_policy
 from schedrl.orchestrate.sync import train, warm_start
 from schedrl.report import write_report
 from schedrl.rollout import group_requests
+from schedrl.timeline import TIMELINE_FILE, read_spans
 from schedrl.train.checkpoint import latest_checkpoint
 from schedrl.train.run_dir import RunDir, read_metrics
 from schedrl.types import SamplingParams
@@ -50,9 +51,10 @@ def ray_env(monkeypatch):
     assert not ray.is_initialized(), "the pipeline left Ray running"
 
 
-def test_async_with_k0_is_the_synchronous_loop(tmp_path):
+@pytest.mark.parametrize("engines", [1, 2])
+def test_async_with_k0_is_the_synchronous_loop(tmp_path, engines):
     runs = {}
-    for name, pipeline in [("sync", {}), ("async", {"mode": "async", "backend": "local"})]:
+    for name, pipeline in [("sync", {}), ("async", {"mode": "async", "backend": "local", "num_engines": engines})]:
         cfg = _cfg(tmp_path, name, **pipeline)
         if name == "async":  # decoupled PPO with pi_prox = pi_behav = pi_theta is plain PPO: same update
             cfg.algo.correction = "none"
@@ -82,25 +84,28 @@ def test_ray_pipeline_runs_and_reports(tmp_path, ray_env):
 
 
 def test_killed_engine_is_restarted(tmp_path, ray_env):
+    """Two engine workers and the learner on a 3-CPU cluster; one engine is killed mid-run."""
     from schedrl.distributed import RayBackend
     from schedrl.orchestrate.pipeline import Pipeline
 
-    cfg = _cfg(tmp_path, "kill", steps=4, mode="async", max_staleness=1)
+    cfg = _cfg(tmp_path, "kill", steps=4, mode="async", max_staleness=1, num_engines=2)
     run = RunDir.create(cfg.out_dir, cfg.name)
     c = build(cfg, run)
     warm_start(c)
-    backend = RayBackend(engine_cpus=1, learner_cpus=1)
+    backend = RayBackend(num_engines=2, engine_cpus=1, learner_cpus=1)
     try:
         killed = []
 
         def on_step(done, metrics):
             if done == 1:
-                killed.append(pipe.engine)
-                backend.kill(pipe.engine)
+                killed.append(pipe.engines[1])
+                backend.kill(pipe.engines[1])
 
         pipe = Pipeline(c, backend, on_step)
         pipe.run()
-        assert pipe.version == 4 and pipe.engine_restarts == 1 and pipe.engine is not killed[0]
+        assert pipe.version == 4 and pipe.engine_restarts == 1 and pipe.engines[1] is not killed[0]
+        assert not pipe.in_engine or set(pipe.placed.values()) <= {0, 1}
+        assert {s.worker for s in read_spans(run.root / TIMELINE_FILE)} == {"engine-0", "engine-1", "learner"}
     finally:
         c.logger.close()
         backend.shutdown()

@@ -103,7 +103,7 @@ class ShuffledBackend(LocalBackend):
     def __init__(self, rng: random.Random, learner: FakeLearner):
         self.rng, self.fake_learner = rng, learner
 
-    def start_engine(self, cfg, weights, version):
+    def start_engine(self, cfg, weights, version, index=0):
         from schedrl.config import config_from_dict
 
         return FakeEngine(config_from_dict(cfg), weights, version)
@@ -139,17 +139,17 @@ def source():
     overprovision=st.sampled_from([1.0, 1.5, 2.0]), stale=st.sampled_from(["drop", "mask"]),
     prompts=st.integers(1, 3), group=st.integers(2, 3), max_new=st.integers(1, 6), chunk=st.integers(1, 4),
     cap=st.integers(1, 8), steps=st.integers(1, 6), seed=st.integers(0, 10_000),
-    data=st.sampled_from(["uniform", "coba", "difficulty_profile"]),
+    data=st.sampled_from(["uniform", "coba", "difficulty_profile"]), engines=st.integers(1, 3),
 )  # fmt: skip
 def test_staleness_bound_and_sample_ledger(tokenizer, source, k, partial, inflight, overprovision, stale, prompts,
-                                           group, max_new, chunk, cap, steps, seed, data):  # fmt: skip
+                                           group, max_new, chunk, cap, steps, seed, data, engines):  # fmt: skip
     cfg = config_from_dict({
         "steps": steps, "engine": {"max_concurrency": cap},
         "sampling": {"prompts_per_step": prompts, "group_size": group, "max_new_tokens": max_new},
         "algo": {"correction": "decoupled"}, "data": {"scheduler": data},
         "pipeline": {"mode": "async", "backend": "local", "max_staleness": k, "partial_rollouts": partial,
                      "inflight_weight_updates": inflight, "overprovision": overprovision, "stale": stale,
-                     "engine_chunk_steps": chunk, "staleness_max": 2},
+                     "engine_chunk_steps": chunk, "staleness_max": 2, "num_engines": engines},
     })  # fmt: skip
     rng = random.Random(seed)
     learner = FakeLearner(rng)

@@ -7,12 +7,14 @@ future comes back), `wait` for some futures, `get` a result -- so the loop in
 
 Placement: each actor gets `num_cpus` Ray CPUs, pins itself to its own cores and
 sets torch's thread count to match; on 2 cores the engine runs on core 0 and the
-learner on core 1. Weights returned by the learner stay in the Ray object store and
+learner on core 1. With more workers than cores (two engines and a learner on 2
+cores) nobody is pinned and the OS shares the cores. Weights returned by the learner stay in the Ray object store and
 go to the engine by reference.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -24,12 +26,23 @@ class WorkerDiedError(RuntimeError):
     """A worker process died (killed, out of memory, crashed)."""
 
 
-def split_cores(engine_cpus: int, learner_cpus: int) -> tuple[list[int], list[int]]:
-    """Disjoint core lists for the engine and the learner, from the cores this process may use."""
+def placement(num_engines: int, engine_cpus: int, learner_cpus: int) -> tuple[list[list[int] | None], list[int] | None]:
+    """Cores of each engine and of the learner, from the cores this process may use.
+
+    Disjoint lists, engines first, when there are enough cores; otherwise nobody is pinned
+    and the OS shares the cores among the workers (for example two 1-core engines and a
+    1-core learner on 2 cores)."""
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    if engine_cpus + learner_cpus > len(cores):
-        return cores[:engine_cpus] or cores, cores[-learner_cpus:] or cores  # shared: fewer cores than asked
-    return cores[:engine_cpus], cores[engine_cpus : engine_cpus + learner_cpus]
+    if num_engines * engine_cpus + learner_cpus > len(cores):
+        return [None] * num_engines, None
+    engines = [cores[i * engine_cpus : (i + 1) * engine_cpus] for i in range(num_engines)]
+    start = num_engines * engine_cpus
+    return engines, cores[start : start + learner_cpus]
+
+
+def worker_name(index: int, num_engines: int) -> str:
+    """The timeline name of engine `index`: "engine" when it is the only one, else "engine-<index>"."""
+    return "engine" if num_engines == 1 else f"engine-{index}"
 
 
 @dataclass
@@ -43,8 +56,9 @@ class LocalBackend:
 
     name = "local"
 
-    def start_engine(self, cfg: dict, weights, version: int) -> EngineWorker:
-        return EngineWorker(cfg, self._resolve(weights), version)
+    def start_engine(self, cfg: dict, weights, version: int, index: int = 0) -> EngineWorker:
+        name = worker_name(index, cfg["pipeline"]["num_engines"])
+        return EngineWorker(cfg, self._resolve(weights), version, name=name)
 
     def start_learner(self, cfg: dict, run_root: str, checkpoint: str | None) -> LearnerWorker:
         return LearnerWorker(cfg, run_root, checkpoint)
@@ -87,29 +101,37 @@ class RayBackend:
     name = "ray"
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None,
-                 object_store_memory: int = 200 * 2**20, engine_cpus: int = 1, learner_cpus: int = 1) -> None:  # fmt: skip
+                 object_store_memory: int = 200 * 2**20, num_engines: int = 1, engine_cpus: int = 1,
+                 learner_cpus: int = 1) -> None:  # fmt: skip
         import ray
 
         self.ray = ray
         self._started = False
+        asked = num_engines * engine_cpus + learner_cpus
         if not ray.is_initialized():
             if address is None:
                 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local cluster on loopback
-                num_cpus = num_cpus or engine_cpus + learner_cpus
-                ray.init(num_cpus=num_cpus, object_store_memory=object_store_memory, include_dashboard=False,
-                         log_to_driver=False, configure_logging=False)  # fmt: skip
+                ray.init(num_cpus=num_cpus or asked, object_store_memory=object_store_memory,
+                         include_dashboard=False, log_to_driver=False, configure_logging=False)  # fmt: skip
             else:
                 ray.init(address=address, log_to_driver=False)
             self._started = True
+        # On a cluster with fewer CPUs than asked, every actor asks for its share, so all of them start.
+        share = min(1.0, ray.cluster_resources().get("CPU", asked) / asked)
         self.engine_cpus, self.learner_cpus = engine_cpus, learner_cpus
-        self.engine_cores, self.learner_cores = split_cores(engine_cpus, learner_cpus) if address is None else (None, None)  # fmt: skip
+        self.engine_ask, self.learner_ask = (math.floor(n * share * 1e4) / 1e4 for n in (engine_cpus, learner_cpus))
+        self.num_engines = num_engines
+        self.engine_cores, self.learner_cores = (
+            placement(num_engines, engine_cpus, learner_cpus) if address is None else ([None] * num_engines, None)
+        )
 
-    def start_engine(self, cfg: dict, weights, version: int):
-        actor = self.ray.remote(num_cpus=self.engine_cpus, max_restarts=0)(EngineWorker)
-        return actor.remote(cfg, weights, version, self.engine_cores, self.engine_cpus)
+    def start_engine(self, cfg: dict, weights, version: int, index: int = 0):
+        actor = self.ray.remote(num_cpus=self.engine_ask, max_restarts=0)(EngineWorker)
+        return actor.remote(cfg, weights, version, self.engine_cores[index], self.engine_cpus,
+                            worker_name(index, self.num_engines))  # fmt: skip
 
     def start_learner(self, cfg: dict, run_root: str, checkpoint: str | None):
-        actor = self.ray.remote(num_cpus=self.learner_cpus, max_restarts=0)(LearnerWorker)
+        actor = self.ray.remote(num_cpus=self.learner_ask, max_restarts=0)(LearnerWorker)
         return actor.remote(cfg, run_root, checkpoint, self.learner_cores, self.learner_cpus)
 
     def call(self, worker, method: str, *args, num_returns: int = 1):

@@ -37,7 +37,8 @@ def cpu_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 class EngineWorker:
     """An `HFEngine` stepped in chunks; takes new weights between chunks (between decode steps)."""
 
-    def __init__(self, cfg: dict, weights: dict[str, torch.Tensor], version: int, cores=None, threads=None):
+    def __init__(self, cfg: dict, weights: dict[str, torch.Tensor], version: int, cores=None, threads=None,
+                 name: str = "engine"):  # fmt: skip
         from schedrl.orchestrate.build import load_policy  # keeps the worker module light to import
 
         pin(cores, threads)
@@ -49,7 +50,7 @@ class EngineWorker:
                                max_batched_tokens=e.max_batched_tokens, admission=e.admission,
                                admission_args=dict(e.admission_args), seed=self.cfg.seed),
                                version=version)  # fmt: skip
-        self.timeline = Recorder("engine")
+        self.timeline = Recorder(name)
 
     def add(self, requests: Sequence[Request]) -> None:
         for r in requests:

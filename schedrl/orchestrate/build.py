@@ -21,6 +21,7 @@ from schedrl.envs import TaskSource, make_task
 from schedrl.envs.scoring import RewardScorer
 from schedrl.models import build_char_tokenizer, build_tiny_model, default_device, load_model_and_tokenizer
 from schedrl.models.tiny import TinyModelConfig
+from schedrl.rollout.step import StepRollout
 from schedrl.train.checkpoint import latest_checkpoint, load_checkpoint, set_rng_state
 from schedrl.train.learner import Learner
 from schedrl.train.run_dir import MetricsLogger, RunDir
@@ -43,6 +44,7 @@ class Components:
     start_step: int | None  # None: nothing trained yet (SFT and the first eval come first)
     state: dict[str, Any] = field(default_factory=dict)  # carried in checkpoints (e.g. eval_before)
     data: DataScheduler | None = None  # picks each step's tasks and group sizes; `build` always sets it
+    rollout: StepRollout | None = None  # the synchronous loop's rollout; `build` always sets it
 
 
 def attn_implementation(cfg: RunConfig, device: torch.device) -> str:
@@ -96,8 +98,9 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False) -> Components:
                           **cfg.data.args)  # fmt: skip
     if "data" in state:  # the scheduler's statistics at the checkpoint
         data.load_state_dict(state.pop("data"))
+    rollout = StepRollout(cfg, engine, model, tokenizer)
     return Components(
-        cfg, run, model, tokenizer, source, engine, learner, scorer, logger, start_step, state, data
+        cfg, run, model, tokenizer, source, engine, learner, scorer, logger, start_step, state, data, rollout
     )
 
 

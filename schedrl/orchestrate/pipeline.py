@@ -15,7 +15,9 @@ One loop owns every scheduling decision, on plain data:
 
 With k = 0 and both options off this is the synchronous loop, sample for sample.
 Workers run as Ray actors or in this process (``schedrl.distributed``); this module
-never imports Ray.
+never imports Ray. There may be several engine workers (``pipeline.num_engines``):
+each admitted group goes whole to the one holding the fewest requests, and weight
+pushes, cuts and restarts go to each of them.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from schedrl.train.checkpoint import latest_checkpoint
 from schedrl.types import Sample
 
 log = logging.getLogger(__name__)
+RUN_CALLS_QUEUED = 2  # `run` calls kept queued on each engine
 
 
 def make_bound(p) -> StalenessBound:
@@ -68,43 +71,50 @@ class Pipeline:
         self.dropped: list[str] = []  # ids of samples dropped as too stale
         self.engine_restarts = 0
         self.in_engine: dict[str, str] = {}  # request id -> group id
-        self.engine_future = self.learner_future = None
+        self.placed: dict[str, int] = {}  # request id -> the engine worker holding it
+        self.learner_future = None
         self.pending_weights = None  # weights waiting for the engine to drain (no in-flight updates)
         self.batch_metrics: dict[str, float] = {}
         self.last_done_t = time.perf_counter()
         if "pipeline" in c.state:
             self.load_state_dict(c.state["pipeline"])
         self.weights = backend.put(cpu_weights(c.model))
-        self.engine = self._start_engine()
+        self.engines = [self._start_engine(i) for i in range(self.p.num_engines)]
+        # Each engine's outstanding `run` calls, oldest first. Two are kept queued, so an engine starts its
+        # next chunk while this loop handles the last one's samples, instead of idling for the round trip.
+        self.engine_futures: list[list] = [[] for _ in self.engines]
         ckpt = latest_checkpoint(c.run.ckpt_dir)
         self.learner = backend.start_learner(config_to_dict(self.cfg), str(c.run.root), ckpt and str(ckpt))
 
     # ---- workers ----------------------------------------------------------------------------
-    def _start_engine(self):
-        return self.backend.start_engine(config_to_dict(self.cfg), self.weights, self.version)
+    def _start_engine(self, index: int):
+        return self.backend.start_engine(config_to_dict(self.cfg), self.weights, self.version, index)
 
-    def _call_engine(self, method: str, *args):
-        return self.backend.call(self.engine, method, *args)
-
-    def _restart_engine(self, err: Exception) -> None:
-        """The engine died: start a new one with the current weights and resend what it held."""
+    def _restart_engine(self, i: int, err: Exception) -> None:
+        """Engine `i` died: start a new one with the current weights and resend what it held."""
         self.engine_restarts += 1
-        log.warning("engine worker died (%s); restarting it (restart %d)", err, self.engine_restarts)
+        log.warning("engine worker %d died (%s); restarting it (restart %d)", i, err, self.engine_restarts)
         if self.engine_restarts > 3:
             raise RuntimeError(f"engine worker died {self.engine_restarts} times; last error: {err}") from err
-        self.backend.kill(self.engine)
-        self.engine_future, self.pending_weights = None, None
-        self.engine = self._start_engine()
+        self.backend.kill(self.engines[i])
+        self.engine_futures[i] = []
+        # Every engine gets the current weights: the new one starts on them, the others catch up now.
+        if self.pending_weights is not None:
+            self._push_weights(*self.pending_weights, skip=i)
+            self.pending_weights = None
+        self.engines[i] = self._start_engine(i)
         self.engine_version = self.version
-        lost = {gid for gid in self.in_engine.values()}
-        self.in_engine.clear()
-        self._send([r for gid in lost for r in self.groups[gid].to_send()])
+        lost = [rid for rid, e in self.placed.items() if e == i]
+        groups = {self.in_engine.pop(rid) for rid in lost}
+        for rid in lost:
+            del self.placed[rid]
+        self._send([r for gid in groups for r in self.groups[gid].to_send() if r.id not in self.in_engine])
 
-    def _get_engine(self, future):
+    def _get_engine(self, i: int, future):
         try:
             return self.backend.get(future)
         except WorkerDiedError as err:
-            self._restart_engine(err)
+            self._restart_engine(i, err)
             return None
 
     # ---- admission --------------------------------------------------------------------------
@@ -146,10 +156,17 @@ class Pipeline:
         self._send(out)
 
     def _send(self, requests) -> None:
-        if requests:
-            for r in requests:
-                self.in_engine[r.id] = r.group_id
-            self.backend.call(self.engine, "add", requests)
+        """Hand `requests` to the engines, each group to the engine holding the fewest requests."""
+        load = Counter(self.placed.values())
+        per_engine: dict[int, list] = {}
+        for _, members in _by_group(requests):
+            i = min(range(len(self.engines)), key=lambda e: (load[e], e))
+            load[i] += len(members)
+            per_engine.setdefault(i, []).extend(members)
+            for r in members:
+                self.in_engine[r.id], self.placed[r.id] = r.group_id, i
+        for i, reqs in sorted(per_engine.items()):
+            self.backend.call(self.engines[i], "add", reqs)
 
     # ---- engine results ---------------------------------------------------------------------
     def _on_samples(self, samples: list[Sample]) -> None:
@@ -158,33 +175,34 @@ class Pipeline:
         rewards = self.c.scorer(tasks, finished) if finished else []
         for s in samples:
             g = self.groups[self.in_engine.pop(s.request_id)]
+            del self.placed[s.request_id]
             if s.finish_reason == "aborted":
                 g.partial[s.sample_index] = s
         for s, r in zip(finished, rewards, strict=True):
             self.groups[s.group_id].done[s.sample_index] = s.with_reward(r)
 
-    def _cut_engine(self) -> None:
-        """Abort everything in the engine; the cut samples wait in their groups to resume."""
-        if not self.in_engine:
-            return
-        abort = self._call_engine("abort_all")
-        if self.engine_future is not None:
-            out = self._get_engine(self.engine_future)
-            self.engine_future = None
-            if out is None:  # died and restarted: nothing is cut, everything was resent
-                return self._cut_engine()
-            self._on_samples(out)
-        cut = self._get_engine(abort)
-        if cut is None:
-            return self._cut_engine()
-        self._on_samples(cut)
+    def _cut_engines(self) -> None:
+        """Abort everything in the engines; the cut samples wait in their groups to resume."""
+        while self.in_engine:
+            busy = sorted(set(self.placed.values()))
+            aborts = {i: self.backend.call(self.engines[i], "abort_all") for i in busy}
+            for i in busy:
+                outs = [*self.engine_futures[i], aborts[i]]
+                self.engine_futures[i] = []
+                for f in outs:
+                    out = self._get_engine(i, f)
+                    if out is None:  # died and restarted: what it held was resent; cut again
+                        break
+                    self._on_samples(out)
 
     def _resend_cut(self) -> None:
         self._send([r for g in self.groups.values() if g.admitted and not g.complete
                     for r in g.to_send() if r.id not in self.in_engine])  # fmt: skip
 
-    def _push_weights(self, weights, version: int) -> None:
-        self.backend.call(self.engine, "update_weights", weights, version)
+    def _push_weights(self, weights, version: int, skip: int | None = None) -> None:
+        for i, engine in enumerate(self.engines):
+            if i != skip:
+                self.backend.call(engine, "update_weights", weights, version)
         self.engine_version = version
 
     # ---- consumption ------------------------------------------------------------------------
@@ -286,17 +304,23 @@ class Pipeline:
             self._admit()
             if self.learner_future is None and not self._launch_update():
                 self._admit()  # dropping stale groups may have made room
-            if self.in_engine and self.engine_future is None:
-                self.engine_future = self._call_engine("run", self.p.engine_chunk_steps)
-            futures = [f for f in (self.engine_future, self.learner_future and self.learner_future[0]) if f]
+            for i in set(self.placed.values()):
+                while len(self.engine_futures[i]) < RUN_CALLS_QUEUED:
+                    self.engine_futures[i].append(self.backend.call(self.engines[i], "run", self.p.engine_chunk_steps))
+            futures = [f for fs in self.engine_futures for f in fs]
+            futures += [self.learner_future[0]] if self.learner_future is not None else []
             if not futures:
-                raise RuntimeError(f"pipeline stalled at update {self.started}: nothing in the engine, no batch "
+                raise RuntimeError(f"pipeline stalled at update {self.started}: nothing in the engines, no batch "
                                    f"ready ({len(self.groups)} groups buffered)")  # fmt: skip
             ready = self.backend.wait(futures)
-            if self.engine_future is not None and any(f is self.engine_future for f in ready):
-                out = self._get_engine(self.engine_future)
-                self.engine_future = None
-                if out is not None:
+            for i, queue in enumerate(self.engine_futures):
+                # An engine runs its calls in order: everything up to its last ready call is done.
+                n = max((k + 1 for k, f in enumerate(queue) if any(r is f for r in ready)), default=0)
+                done, self.engine_futures[i] = queue[:n], queue[n:]
+                for f in done:
+                    out = self._get_engine(i, f)
+                    if out is None:  # died and restarted: its queue is gone
+                        break
                     self._on_samples(out)
             if self.learner_future is not None and any(f is self.learner_future[0] for f in ready):
                 self._on_update()
@@ -310,7 +334,7 @@ class Pipeline:
         if self.p.inflight_weight_updates:
             self._push_weights(weights, self.version)
         elif self.p.partial_rollouts:
-            self._cut_engine()
+            self._cut_engines()
             self._push_weights(weights, self.version)
             self._resend_cut()
         elif not self.in_engine:
@@ -347,8 +371,8 @@ class Pipeline:
         self.c.engine.update_weights(w, self.version)
 
     def checkpoint(self, done: int) -> None:
-        """Cut the engine so the buffer holds every unconsumed sample, save, then resume generation."""
-        self._cut_engine()
+        """Cut the engines so the buffer holds every unconsumed sample, save, then resume generation."""
+        self._cut_engines()
         if self.pending_weights is not None:
             self._push_weights(*self.pending_weights)
             self.pending_weights = None
@@ -363,7 +387,7 @@ class Pipeline:
 
     def write_timeline(self) -> None:
         spans = []
-        for worker in (self.engine, self.learner):
+        for worker in (*self.engines, self.learner):
             with contextlib.suppress(WorkerDiedError):
                 spans += self.backend.get(self.backend.call(worker, "spans"))
         append_spans(self.c.run.root / TIMELINE_FILE, sorted(spans, key=lambda s: s.start))
@@ -400,7 +424,7 @@ def _by_group(requests) -> list[tuple[str, list]]:
 def run_pipeline(c: Components, on_step=None) -> None:
     """Train `c` from its current step to `cfg.steps` with the asynchronous pipeline."""
     p = c.cfg.pipeline
-    backend = make_backend(p.backend, address=p.ray_address, engine_cpus=p.engine_cpus,
+    backend = make_backend(p.backend, address=p.ray_address, num_engines=p.num_engines, engine_cpus=p.engine_cpus,
                            learner_cpus=p.learner_cpus)  # fmt: skip
     try:
         pipe = Pipeline(c, backend, on_step)

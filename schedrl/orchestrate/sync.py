@@ -37,9 +37,10 @@ def rl_step(c: Components, step: int) -> dict[str, float]:
     tasks = [t for t, _ in plan]
     requests = group_requests(tasks, c.tokenizer, sampling_params(cfg), [n for _, n in plan], seed=cfg.seed,
                               step=step)  # fmt: skip
-    samples = c.engine.generate(requests)
+    by_id = {t.id: t for t in tasks}
+    samples, rollout_stats = c.rollout.run(requests, lambda ss: c.scorer(by_id, ss))
     t_gen = time.perf_counter()
-    rewards = torch.tensor(c.scorer({t.id: t for t in tasks}, samples))
+    rewards = torch.tensor([s.reward for s in samples])
     groups = group_index(samples)
     advantage = registry.get("advantage", cfg.algo.advantage)
     adv = advantage(rewards, groups, std_normalize=cfg.algo.std_normalize)
@@ -49,7 +50,8 @@ def rl_step(c: Components, step: int) -> dict[str, float]:
     stats = c.learner.update(batch, adv, step)
     c.engine.update_weights(c.model.state_dict(), version=step + 1)
     t_end = time.perf_counter()
-    return {**rollout_metrics(samples, rewards, groups), **stats, "reward_errors": float(c.scorer.errors),
+    return {**rollout_metrics(samples, rewards, groups), **rollout_stats, **stats,
+            "reward_errors": float(c.scorer.errors),
             "gen_s": t_gen - t0, "train_s": t_end - t_gen, "step_s": t_end - t0,
             "tokens_per_s": sum(s.num_tokens for s in samples) / (t_end - t0)}  # fmt: skip
 

@@ -1,0 +1,97 @@
+"""One synchronous step's rollout, with the rollout features the config switches on.
+
+`StepRollout.run(requests, score)` returns every request's scored sample, in request
+order, and the step's rollout metrics. Plain, it is `engine.generate`. With
+`rollout.speculative`, each request whose (task, sample index) was rolled out before
+takes that sample as a draft and is verified by one forward of the current policy
+(`speculative.verify_drafts`); what verification does not finish runs on the engine
+from its accepted prefix. With `rollout.prune_keep`, groups are over-provisioned to
+`sampling.group_size` and each is pruned online to `prune_keep` members
+(`pruning.pruned_rollout`); pruned samples are dropped from the loss or kept
+(`rollout.prune_mode`).
+
+Speculative verification needs the draft policy's whole distribution at a rejected
+position, so the weights that sampled each draft are kept for `draft_versions` steps;
+a draft more than `draft_versions` versions old is not used (its request runs from
+scratch).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+
+import torch
+
+from schedrl.rollout.pruning import PruneConfig, SuccessHead, pruned_rollout, training_samples
+from schedrl.rollout.speculative import DraftStore, SpecStats, verify_drafts
+from schedrl.seeding import derive_seed
+from schedrl.types import Request, Sample
+
+Score = Callable[[Sequence[Sample]], list[float]]
+
+
+class StepRollout:
+    def __init__(self, cfg, engine, model: torch.nn.Module, tokenizer) -> None:
+        self.r, self.seed = cfg.rollout, cfg.seed
+        self.engine, self.model, self.tokenizer = engine, model, tokenizer
+        self.drafts = DraftStore() if self.r.speculative else None
+        self.draft_weights: dict[int, dict[str, torch.Tensor]] = {}  # version -> the weights that sampled at it
+        self.draft_model = copy.deepcopy(model).eval().requires_grad_(False) if self.r.speculative else None
+        self.prune = (
+            PruneConfig(self.r.prune_keep, self.r.prune_success_frac, self.r.prune_check_tokens, self.r.prune_mode)
+            if self.r.prune_keep
+            else None
+        )
+        self.head = SuccessHead() if self.prune else None
+
+    def run(self, requests: Sequence[Request], score: Score) -> tuple[list[Sample], dict[str, float]]:
+        """Scored samples of `requests` (pruned ones dropped under prune_mode "drop") and rollout metrics.
+
+        The engine's weights are the policy's, at version `engine.version`."""
+        if self.prune is not None:
+            samples = pruned_rollout(self.engine, requests, self.head, lambda s: score([s])[0], self.prune)
+            pruned = sum(s.finish_reason == "pruned" for s in samples)
+            return training_samples(samples, self.prune.mode), {"pruned_samples": float(pruned)}
+        if self.drafts is None:
+            samples = self.engine.generate(requests)
+            return _scored(samples, score), {}
+        version = self.engine.version
+        for v in [v for v in self.draft_weights if v < version - self.r.draft_versions]:
+            del self.draft_weights[v]  # drafts of version v are not used from here on
+        samples, stats = self._speculative(requests, version)
+        self.drafts.put(samples)
+        self.draft_weights[version] = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        return _scored(samples, score), {
+            "spec_drafts": float(stats.drafts), "spec_draft_tokens": float(stats.draft_tokens),
+            "spec_accepted_tokens": float(stats.accepted), "spec_rejected": float(stats.rejected),
+            "spec_acceptance": stats.acceptance_rate,
+            "spec_completed": float(stats.completed),
+        }  # fmt: skip
+
+    def _speculative(self, requests: Sequence[Request], version: int) -> tuple[list[Sample], SpecStats]:
+        """Verify every usable draft, grouped by the version that sampled it; run the rest on the engine."""
+        out: list[Sample | Request] = list(requests)
+        by_version: dict[int, list[int]] = {}
+        for i, req in enumerate(requests):
+            d = self.drafts.get(req)
+            if d is not None and len(set(d.versions)) == 1 and d.versions[0] in self.draft_weights:
+                by_version.setdefault(d.versions[0], []).append(i)
+        stats = SpecStats()
+        for v, idx in sorted(by_version.items()):
+            self.draft_model.load_state_dict(self.draft_weights[v])
+            done, s = verify_drafts(
+                self.model, [requests[i] for i in idx], [self.drafts.get(requests[i]) for i in idx],
+                eos_ids=self.engine.eos_ids, tokenizer=self.tokenizer, draft_model=self.draft_model,
+                version=version, seed=derive_seed(self.seed, "spec", version, v),
+            )  # fmt: skip
+            stats.add(s)
+            for i, x in zip(idx, done, strict=True):
+                out[i] = x
+        pending = [x for x in out if isinstance(x, Request)]
+        ran = {s.request_id: s for s in self.engine.generate(pending)}
+        return [ran[x.id] if isinstance(x, Request) else x for x in out], stats
+
+
+def _scored(samples: list[Sample], score: Score) -> list[Sample]:
+    return [s.with_reward(r) for s, r in zip(samples, score(samples), strict=True)]
