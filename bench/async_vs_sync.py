@@ -14,7 +14,8 @@ Figures per mode (median over rounds): steps/s over the RL steps after the first
 (actor start-up excluded), wall-clock to the target reward (the first step where the
 10-step moving average of the training reward reaches 0.95 x sync's final reward), final
 reward (mean of the last 20 steps), and the engine's and learner's idle fractions from the
-run's timeline. `ceiling` is what any schedule of a mode's measured work could reach: sync's
+run's timeline (the learner's also while active: between its first and last update, leaving out
+the wait for the first batch). `ceiling` is what any schedule of a mode's measured work could reach: sync's
 step time over (the workers' busy core-seconds per step / 2 cores); it is shown for the modes
 with one single-threaded process per core, where busy time is CPU time. Modes `k2-2e` and
 `combined-2e` run two engine workers beside the learner (three processes on two cores);
@@ -102,6 +103,7 @@ def one_run(args, mode: str, model_path: str, out: str, rnd: int) -> dict:
         "final_reward": statistics.mean(rewards[-TAIL:]),
         "learner_idle": idle.get("learner", idle.get("trainer", {})).get("idle_frac", 0.0),
         "engine_idle": statistics.mean(v["idle_frac"] for k, v in idle.items() if k.startswith(("engine", "trainer"))),
+        "learner_idle_active": idle.get("learner", idle.get("trainer", {})).get("active_idle_frac", 0.0),
         "staleness_mean": statistics.mean(r.get("staleness_mean", 0.0) for r in rows),
         # CPU work per step: every worker's busy seconds (one thread each in the asynchronous modes)
         "core_s_per_step": sum(v["busy_s"] for v in idle.values()) / len(rows),
@@ -152,7 +154,8 @@ def main() -> None:
                 results[mode].append(one_run(args, mode, model_path, tmp, rnd))
                 r = results[mode][-1]
                 print(f"round {rnd} {mode:<9} {r['steps_per_s']:.2f} steps/s  final reward {r['final_reward']:.3f}  "
-                      f"learner idle {r['learner_idle']:.1%}  engine idle {r['engine_idle']:.1%}  "
+                      f"learner idle {r['learner_idle']:.1%} (active {r['learner_idle_active']:.1%})  "
+                      f"engine idle {r['engine_idle']:.1%}  "
                       f"({time.perf_counter() - t:.0f} s)", flush=True)  # fmt: skip
     ray.shutdown()
     med = lambda xs: statistics.median(xs)  # noqa: E731
@@ -166,18 +169,20 @@ def main() -> None:
             "final_reward": med([r["final_reward"] for r in runs]),
             "learner_idle": med([r["learner_idle"] for r in runs]),
             "engine_idle": med([r["engine_idle"] for r in runs]),
+            "learner_idle_active": med([r["learner_idle_active"] for r in runs]),
             "staleness_mean": med([r["staleness_mean"] for r in runs]),
             "core_s_per_step": med([r["core_s_per_step"] for r in runs]),
         }
     sync = table["sync"]
     for mode, t in table.items():  # the most any schedule of this work could give on the cores at hand
         t["ceiling_vs_sync"] = (1 / sync["steps_per_s"]) / (t["core_s_per_step"] / CORES) if pinned(mode) else None
-    print(f"\n{'mode':<9} {'steps/s':>8} {'vs sync':>8} {'to target s':>12} {'final R':>8} {'learner idle':>13} "
+    print(f"\n{'mode':<9} {'steps/s':>8} {'vs sync':>8} {'to target s':>12} {'final R':>8} {'learner idle':>13} {'(active)':>9} "
           f"{'engine idle':>12} {'staleness':>10} {'ceiling':>8}")  # fmt: skip
     for mode, t in table.items():
         ttt = f"{t['time_to_target_s']:.1f}" if t["time_to_target_s"] is not None else "never"
         print(f"{mode:<9} {t['steps_per_s']:>8.2f} {t['steps_per_s'] / sync['steps_per_s']:>7.2f}x {ttt:>12} "
-              f"{t['final_reward']:>8.3f} {t['learner_idle']:>13.1%} {t['engine_idle']:>12.1%} "
+              f"{t['final_reward']:>8.3f} {t['learner_idle']:>13.1%} {t['learner_idle_active']:>9.1%} "
+              f"{t['engine_idle']:>12.1%} "
               f"{t['staleness_mean']:>10.2f} {ceiling(t):>8}")  # fmt: skip
     asyncs = {m: t for m, t in table.items() if m != "sync"}
     best = max(asyncs, key=lambda m: asyncs[m]["steps_per_s"]) if asyncs else "sync"
@@ -186,6 +191,7 @@ def main() -> None:
         "best_async_speedup": table[best]["steps_per_s"] / sync["steps_per_s"],
         "reward_gap": sync["final_reward"] - table[best]["final_reward"],
         "learner_idle": table[best]["learner_idle"],
+        "learner_idle_active": table[best]["learner_idle_active"],
         "target_reward": target,
         "modes": table,
     }))

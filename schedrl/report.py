@@ -42,8 +42,8 @@ def _figure(spans: list[Span]):
     return fig
 
 
-def _idle_table(fractions: dict[str, dict[str, float]]) -> list[tuple[str, float, float]]:
-    return [(w, row["busy_s"], row["idle_frac"]) for w, row in fractions.items()]
+def _idle_table(fractions: dict[str, dict[str, float]]) -> list[tuple[str, float, float, float]]:
+    return [(w, row["busy_s"], row["idle_frac"], row["active_idle_frac"]) for w, row in fractions.items()]
 
 
 def write_report(run_dir: str | Path) -> dict[str, dict[str, float]]:
@@ -70,8 +70,8 @@ def write_report(run_dir: str | Path) -> dict[str, dict[str, float]]:
 def _html(title: str, svg: str, spans: list[Span], fractions: dict[str, dict[str, float]]) -> str:
     t0 = min(s.start for s in spans)
     rows = "".join(
-        f"<tr><td>{html.escape(w)}</td><td>{busy:.2f}</td><td>{idle:.1%}</td></tr>"
-        for w, busy, idle in _idle_table(fractions)
+        f"<tr><td>{html.escape(w)}</td><td>{busy:.2f}</td><td>{idle:.1%}</td><td>{active:.1%}</td></tr>"
+        for w, busy, idle, active in _idle_table(fractions)
     )
     listing = "".join(
         f"<tr><td>{html.escape(s.worker)}</td><td>{html.escape(s.kind)}</td>"
@@ -85,7 +85,8 @@ def _html(title: str, svg: str, spans: list[Span], fractions: dict[str, dict[str
 td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}details{{margin-top:1em}}</style></head>
 <body><h1>Timeline: {html.escape(title)}</h1>{svg}
 <h2>Idle fraction per worker</h2>
-<table><tr><th>worker</th><th>busy s</th><th>idle</th></tr>{rows}</table>
+<p>idle: over the whole run; idle while active: between the worker's first and last busy span.</p>
+<table><tr><th>worker</th><th>busy s</th><th>idle</th><th>idle while active</th></tr>{rows}</table>
 <details><summary>All {len(spans)} spans</summary>
 <table><tr><th>worker</th><th>kind</th><th>start s</th><th>ms</th></tr>{listing}</table></details>
 </body></html>
@@ -93,6 +94,6 @@ td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}details{{margin-t
 
 
 def format_fractions(fractions: dict[str, dict[str, float]]) -> str:
-    lines = [f"{'worker':<12} {'busy s':>9} {'idle':>7}"]
-    lines += [f"{w:<12} {busy:>9.2f} {idle:>7.1%}" for w, busy, idle in _idle_table(fractions)]
+    lines = [f"{'worker':<12} {'busy s':>9} {'idle':>7} {'idle while active':>18}"]
+    lines += [f"{w:<12} {busy:>9.2f} {idle:>7.1%} {active:>18.1%}" for w, busy, idle, active in _idle_table(fractions)]
     return "\n".join(lines)

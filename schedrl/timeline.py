@@ -84,10 +84,14 @@ def read_spans(path: Path) -> list[Span]:
 
 
 def busy_fractions(spans: Iterable[Span]) -> dict[str, dict[str, float]]:
-    """Per worker: busy seconds by kind, and the idle fraction over the whole run's window.
+    """Per worker: busy seconds by kind, the idle fraction over the whole run's window
+    (`idle_frac`), and the idle fraction between its own first and last busy span
+    (`active_idle_frac`).
 
-    The window runs from the first span's start to the last span's end over all
-    workers, so a worker that starts late or ends early counts that time as idle.
+    The run's window runs from the first span's start to the last span's end over all
+    workers, so a worker that starts late or ends early counts that time as idle: in a
+    pipeline, the learner waiting for the first batch and the engine done before the
+    last update. `active_idle_frac` leaves those out: the gaps in steady state.
     Overlapping busy spans of one worker are counted once.
     """
     spans = list(spans)
@@ -103,8 +107,11 @@ def busy_fractions(spans: Iterable[Span]) -> dict[str, dict[str, float]]:
         row: dict[str, float] = defaultdict(float)
         for s in ws:
             row[s.kind] += s.duration
-        busy = _union_length([(s.start, s.end) for s in ws if s.kind in BUSY])
-        out[worker] = {**row, "busy_s": busy, "idle_frac": 1.0 - busy / window}
+        busy_spans = [(s.start, s.end) for s in ws if s.kind in BUSY]
+        busy = _union_length(busy_spans)
+        active = max((max(e for _, e in busy_spans) - min(a for a, _ in busy_spans)) if busy_spans else 0.0, 1e-9)
+        out[worker] = {**row, "busy_s": busy, "idle_frac": 1.0 - busy / window,
+                       "active_idle_frac": 1.0 - busy / active if busy_spans else 1.0}  # fmt: skip
     return out
 
 

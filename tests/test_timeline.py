@@ -32,6 +32,9 @@ def test_idle_fractions_by_hand():
     assert f["engine"]["busy_s"] == pytest.approx(5.0) and f["engine"]["idle_frac"] == pytest.approx(3 / 8)
     assert f["learner"]["busy_s"] == pytest.approx(6.0) and f["learner"]["idle_frac"] == pytest.approx(2 / 8)
     assert f["learner"]["train"] == pytest.approx(4.0)
+    # idle while active: the engine's own window is 0..7 s (busy 5), the learner's 2..8 s (busy 6)
+    assert f["engine"]["active_idle_frac"] == pytest.approx(2 / 7)
+    assert f["learner"]["active_idle_frac"] == pytest.approx(0.0)
 
 
 def test_report_writes_png_and_html(tmp_path, capsys):

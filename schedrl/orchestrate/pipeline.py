@@ -46,6 +46,7 @@ from schedrl.types import Sample
 
 log = logging.getLogger(__name__)
 RUN_CALLS_QUEUED = 2  # `run` calls kept queued on each engine
+UPDATES_QUEUED = 2  # updates sent to the learner ahead of their turn (one running, one waiting)
 
 
 def make_bound(p) -> StalenessBound:
@@ -72,9 +73,9 @@ class Pipeline:
         self.engine_restarts = 0
         self.in_engine: dict[str, str] = {}  # request id -> group id
         self.placed: dict[str, int] = {}  # request id -> the engine worker holding it
-        self.learner_future = None
+        self.learner_futures: list = []  # (stats, weights) futures of the updates sent, oldest first
         self.pending_weights = None  # weights waiting for the engine to drain (no in-flight updates)
-        self.batch_metrics: dict[str, float] = {}
+        self.batch_metrics: list[dict[str, float]] = []  # the batch metrics of each update sent, oldest first
         self.last_done_t = time.perf_counter()
         if "pipeline" in c.state:
             self.load_state_dict(c.state["pipeline"])
@@ -279,19 +280,19 @@ class Pipeline:
             "train_mask": masks, "advantages": adv.tolist(), "request_ids": [x.request_id for x in samples],
             "max_staleness": self.bound.k,
         }  # fmt: skip
-        self.learner_future = self.backend.call(self.learner, "update", payload, s, num_returns=2)
+        self.learner_futures.append(self.backend.call(self.learner, "update", payload, s, num_returns=2))
         self.started += 1
         hist = Counter()
         for smp, m in zip(samples, masks, strict=True):
             hist += self.bound.record(s, smp.versions, m)
         n = max(1, sum(hist.values()))
-        self.batch_metrics = {
+        self.batch_metrics.append({
             **rollout_metrics(samples, rewards, groups),
             "staleness_mean": sum(k * v for k, v in hist.items()) / n, "staleness_max": float(max(hist, default=0)),
             **{f"staleness_hist/{k}": float(v) for k, v in sorted(hist.items())},
             "masked_tokens": float(sum(len(m) - sum(m) for m in masks)), "dropped_samples": float(len(self.dropped)),
             "max_staleness": float(self.bound.k), "batch_groups": float(int(groups.max()) + 1),
-        }  # fmt: skip
+        })  # fmt: skip
         return True
 
     # ---- the loop ---------------------------------------------------------------------------
@@ -302,13 +303,13 @@ class Pipeline:
                 self._push_weights(*self.pending_weights)
                 self.pending_weights = None
             self._admit()
-            if self.learner_future is None and not self._launch_update():
+            if self._may_queue_update() and not self._launch_update():
                 self._admit()  # dropping stale groups may have made room
             for i in set(self.placed.values()):
                 while len(self.engine_futures[i]) < RUN_CALLS_QUEUED:
                     self.engine_futures[i].append(self.backend.call(self.engines[i], "run", self.p.engine_chunk_steps))
             futures = [f for fs in self.engine_futures for f in fs]
-            futures += [self.learner_future[0]] if self.learner_future is not None else []
+            futures += [self.learner_futures[0][0]] if self.learner_futures else []
             if not futures:
                 raise RuntimeError(f"pipeline stalled at update {self.started}: nothing in the engines, no batch "
                                    f"ready ({len(self.groups)} groups buffered)")  # fmt: skip
@@ -322,13 +323,23 @@ class Pipeline:
                     if out is None:  # died and restarted: its queue is gone
                         break
                     self._on_samples(out)
-            if self.learner_future is not None and any(f is self.learner_future[0] for f in ready):
+            if self.learner_futures and any(f is self.learner_futures[0][0] for f in ready):
                 self._on_update()
 
+    def _may_queue_update(self) -> bool:
+        """Whether to send the next update now: when the learner is idle, or behind one running update
+        (so it starts the next as soon as this one ends) unless that one ends in an evaluation or a
+        checkpoint, which must see the weights and the buffer of exactly that version."""
+        if not self.learner_futures:
+            return True
+        done = self.started  # the version the last update sent produces
+        e, every = self.cfg.eval.every, self.cfg.save_every
+        pauses = done == self.cfg.steps or (every and done % every == 0) or (e and done % e == 0)
+        return len(self.learner_futures) < UPDATES_QUEUED and not pauses
+
     def _on_update(self) -> None:
-        stats_f, weights = self.learner_future
+        stats_f, weights = self.learner_futures.pop(0)
         stats = self.backend.get(stats_f)
-        self.learner_future = None
         self.version += 1
         self.weights = weights
         if self.p.inflight_weight_updates:
@@ -344,7 +355,7 @@ class Pipeline:
         if "behaviour_kl" in stats:
             self.bound.observe(stats["behaviour_kl"])
         now = time.perf_counter()
-        metrics = {**self.batch_metrics, **stats, "step_s": now - self.last_done_t,
+        metrics = {**self.batch_metrics.pop(0), **stats, "step_s": now - self.last_done_t,
                    "engine_restarts": float(self.engine_restarts)}  # fmt: skip
         self.last_done_t = now
         self._after_update(self.version, metrics)
