@@ -70,6 +70,20 @@ def test_drafts_older_than_draft_versions_are_not_used(model, tokenizer):
     assert stale["spec_drafts"] == 0
 
 
+def test_draft_store_forgets_drafts_too_old_to_use():
+    from schedrl.rollout import DraftStore
+    from schedrl.types import Sample
+
+    params = SamplingParams(max_new_tokens=4)
+    store = DraftStore()
+    store.put([Sample(f"r{v}", (1,), (5, 6), (-1.0, -1.0), (v, v), "stop", params, task_id=f"t{v}", sample_index=0)
+               for v in range(4)])  # fmt: skip
+    store.drop_before(2)
+    assert len(store) == 2
+    req = lambda t: Request("x", (1,), params, task_id=t, sample_index=0)  # noqa: E731
+    assert store.get(req("t1")) is None and store.get(req("t2")).versions == (2, 2)
+
+
 def _train(tmp_path, name, steps=3, **over):
     cfg = config_from_dict({
         "task": {"name": "addition"}, "steps": steps, "save_every": 0, "out_dir": str(tmp_path), "name": name,

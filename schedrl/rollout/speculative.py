@@ -79,6 +79,10 @@ class DraftStore:
             return None
         return self._drafts.get((request.task_id, request.sample_index))
 
+    def drop_before(self, version: int) -> None:
+        """Forget drafts with a token older than `version` (they will not be used): bounds memory."""
+        self._drafts = {k: s for k, s in self._drafts.items() if min(s.versions, default=version) >= version}
+
     def __len__(self) -> int:
         return len(self._drafts)
 

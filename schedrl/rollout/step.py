@@ -59,6 +59,7 @@ class StepRollout:
         version = self.engine.version
         for v in [v for v in self.draft_weights if v < version - self.r.draft_versions]:
             del self.draft_weights[v]  # drafts of version v are not used from here on
+        self.drafts.drop_before(version - self.r.draft_versions)
         samples, stats = self._speculative(requests, version)
         self.drafts.put(samples)
         self.draft_weights[version] = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
