@@ -109,9 +109,11 @@ def busy_fractions(spans: Iterable[Span]) -> dict[str, dict[str, float]]:
             row[s.kind] += s.duration
         busy_spans = [(s.start, s.end) for s in ws if s.kind in BUSY]
         busy = _union_length(busy_spans)
-        active = max((max(e for _, e in busy_spans) - min(a for a, _ in busy_spans)) if busy_spans else 0.0, 1e-9)
-        out[worker] = {**row, "busy_s": busy, "idle_frac": 1.0 - busy / window,
-                       "active_idle_frac": 1.0 - busy / active if busy_spans else 1.0}  # fmt: skip
+        active_idle = 1.0  # a worker with no busy span was never active
+        if busy_spans:
+            active = max(max(e for _, e in busy_spans) - min(a for a, _ in busy_spans), 1e-9)
+            active_idle = 1.0 - busy / active
+        out[worker] = {**row, "busy_s": busy, "idle_frac": 1.0 - busy / window, "active_idle_frac": active_idle}
     return out
 
 

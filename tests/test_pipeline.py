@@ -104,7 +104,7 @@ def test_killed_engine_is_restarted(tmp_path, ray_env):
         pipe = Pipeline(c, backend, on_step)
         pipe.run()
         assert pipe.version == 4 and pipe.engine_restarts == 1 and pipe.engines[1] is not killed[0]
-        assert not pipe.in_engine or set(pipe.placed.values()) <= {0, 1}
+        assert {e for _, e in pipe.in_engine.values()} <= {0, 1}
         assert {s.worker for s in read_spans(run.root / TIMELINE_FILE)} == {"engine-0", "engine-1", "learner"}
     finally:
         c.logger.close()

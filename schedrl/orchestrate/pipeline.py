@@ -71,8 +71,7 @@ class Pipeline:
         self.consumed: list[str] = []  # ids of consumed groups, in order: the run's sample ledger
         self.dropped: list[str] = []  # ids of samples dropped as too stale
         self.engine_restarts = 0
-        self.in_engine: dict[str, str] = {}  # request id -> group id
-        self.placed: dict[str, int] = {}  # request id -> the engine worker holding it
+        self.in_engine: dict[str, tuple[str, int]] = {}  # request id -> (group id, engine worker holding it)
         self.learner_futures: list = []  # (stats, weights) futures of the updates sent, oldest first
         self.pending_weights = None  # weights waiting for the engine to drain (no in-flight updates)
         self.batch_metrics: list[dict[str, float]] = []  # the batch metrics of each update sent, oldest first
@@ -105,10 +104,8 @@ class Pipeline:
             self.pending_weights = None
         self.engines[i] = self._start_engine(i)
         self.engine_version = self.version
-        lost = [rid for rid, e in self.placed.items() if e == i]
-        groups = {self.in_engine.pop(rid) for rid in lost}
-        for rid in lost:
-            del self.placed[rid]
+        lost = [rid for rid, (_, e) in self.in_engine.items() if e == i]
+        groups = {self.in_engine.pop(rid)[0] for rid in lost}
         self._send([r for gid in groups for r in self.groups[gid].to_send() if r.id not in self.in_engine])
 
     def _get_engine(self, i: int, future):
@@ -158,25 +155,24 @@ class Pipeline:
 
     def _send(self, requests) -> None:
         """Hand `requests` to the engines, each group to the engine holding the fewest requests."""
-        load = Counter(self.placed.values())
+        load = Counter(e for _, e in self.in_engine.values())
         per_engine: dict[int, list] = {}
         for _, members in _by_group(requests):
             i = min(range(len(self.engines)), key=lambda e: (load[e], e))
             load[i] += len(members)
             per_engine.setdefault(i, []).extend(members)
             for r in members:
-                self.in_engine[r.id], self.placed[r.id] = r.group_id, i
+                self.in_engine[r.id] = (r.group_id, i)
         for i, reqs in sorted(per_engine.items()):
             self.backend.call(self.engines[i], "add", reqs)
 
     # ---- engine results ---------------------------------------------------------------------
     def _on_samples(self, samples: list[Sample]) -> None:
         finished = [s for s in samples if s.finish_reason != "aborted"]
-        tasks = {t.id: t for t in (self.groups[self.in_engine[s.request_id]].task for s in finished)}
+        tasks = {t.id: t for t in (self.groups[self.in_engine[s.request_id][0]].task for s in finished)}
         rewards = self.c.scorer(tasks, finished) if finished else []
         for s in samples:
-            g = self.groups[self.in_engine.pop(s.request_id)]
-            del self.placed[s.request_id]
+            g = self.groups[self.in_engine.pop(s.request_id)[0]]
             if s.finish_reason == "aborted":
                 g.partial[s.sample_index] = s
         for s, r in zip(finished, rewards, strict=True):
@@ -185,7 +181,7 @@ class Pipeline:
     def _cut_engines(self) -> None:
         """Abort everything in the engines; the cut samples wait in their groups to resume."""
         while self.in_engine:
-            busy = sorted(set(self.placed.values()))
+            busy = self._busy_engines()
             aborts = {i: self.backend.call(self.engines[i], "abort_all") for i in busy}
             for i in busy:
                 outs = [*self.engine_futures[i], aborts[i]]
@@ -195,6 +191,9 @@ class Pipeline:
                     if out is None:  # died and restarted: what it held was resent; cut again
                         break
                     self._on_samples(out)
+
+    def _busy_engines(self) -> list[int]:
+        return sorted({e for _, e in self.in_engine.values()})
 
     def _resend_cut(self) -> None:
         self._send([r for g in self.groups.values() if g.admitted and not g.complete
@@ -305,7 +304,7 @@ class Pipeline:
             self._admit()
             if self._may_queue_update() and not self._launch_update():
                 self._admit()  # dropping stale groups may have made room
-            for i in set(self.placed.values()):
+            for i in self._busy_engines():
                 while len(self.engine_futures[i]) < RUN_CALLS_QUEUED:
                     self.engine_futures[i].append(self.backend.call(self.engines[i], "run", self.p.engine_chunk_steps))
             futures = [f for fs in self.engine_futures for f in fs]
@@ -334,7 +333,7 @@ class Pipeline:
             return True
         done = self.started  # the version the last update sent produces
         e, every = self.cfg.eval.every, self.cfg.save_every
-        pauses = done == self.cfg.steps or (every and done % every == 0) or (e and done % e == 0)
+        pauses = (every and done % every == 0) or (e and done % e == 0)  # past the last step nothing is sent
         return len(self.learner_futures) < UPDATES_QUEUED and not pauses
 
     def _on_update(self) -> None:
