@@ -21,6 +21,7 @@ from schedrl.algos.ppo import ppo_advantages
 from schedrl.algos.rover import vocab_mean_logp
 from schedrl.config import AlgoConfig, OptimConfig
 from schedrl.train.batch import TokenBatch, prompt_groups
+from schedrl.train.packing import Packing, pack
 from schedrl.train.schedules import make_schedule
 from schedrl.train.value_head import ValueHead
 
@@ -94,6 +95,7 @@ class Learner:
         self.seed = seed
         self.max_new_tokens = max_new_tokens
         self.device = next(model.parameters()).device
+        self.padding_free, self._packing_checked = optim.padding_free, False
         self.loss_fn = registry.get("loss", algo.name)
         why = _cannot_drive(algo.name, algo)
         if why:
@@ -135,15 +137,53 @@ class Learner:
 
     def _forward_values(self, model, batch: TokenBatch, with_values: bool):
         """As `_forward`, plus V(s_t) (B, L-1) from the value head at each target's context when asked."""
+        packing = self._packing(batch)
+        if packing is not None and not self._packing_checked:
+            self._packing_checked = True
+            self._check_packing(model, batch, packing)
+            packing = packing if self.padding_free else None
         with self._autocast():
-            out = model(
-                input_ids=batch.input_ids,
-                attention_mask=batch.attention_mask,
-                output_hidden_states=with_values,
-            )
-            values = self.value_head(out.hidden_states[-1][:, :-1]) if with_values else None
-        logits = out.logits[:, :-1].float()
+            if packing is None:
+                out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                            output_hidden_states=with_values, use_cache=False)  # fmt: skip
+                logits, hidden = out.logits, out.hidden_states[-1] if with_values else None
+            else:
+                out = model(input_ids=packing.input_ids, position_ids=packing.position_ids,
+                            output_hidden_states=with_values, use_cache=False)  # fmt: skip
+                logits = packing.unpack(out.logits)
+                hidden = packing.unpack(out.hidden_states[-1]) if with_values else None
+            values = self.value_head(hidden[:, :-1]) if with_values else None
+        logits = logits[:, :-1].float()
         return token_logprobs(logits, batch.targets, self.temperature), logits, values
+
+    def _packing(self, batch: TokenBatch) -> Packing | None:
+        """The packed layout of `batch`, or None when padding-free forwards are off or save no row."""
+        if not self.padding_free:
+            return None
+        packing = pack(batch.input_ids.cpu(), batch.attention_mask.cpu())
+        return packing.to(self.device) if packing.rows < len(batch) else None
+
+    @torch.no_grad()
+    def _check_packing(self, model, batch: TokenBatch, packing: Packing) -> None:
+        """Once per learner: packed log-probs (eval mode, so no dropout) must match the padded forward's,
+        or packing is switched off (a model that ignores position ids, or attends across the packed
+        sequences, would differ)."""
+        training = model.training
+        model.eval()
+        try:
+            with self._autocast():
+                padded = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+                packed = model(input_ids=packing.input_ids, position_ids=packing.position_ids, use_cache=False)
+        finally:
+            model.train(training)
+        a, b = (token_logprobs(x[:, :-1].float(), batch.targets, self.temperature)
+                for x in (padded.logits, packing.unpack(packed.logits)))  # fmt: skip
+        diff = float(((a - b).abs() * batch.mask).max()) if batch.mask.any() else 0.0
+        tol = 1e-3 if self.device.type == "cpu" else 5e-2  # bf16 autocast on accelerators
+        if not diff <= tol:
+            self.padding_free = False
+            log.warning("padding-free forward differs from the padded one by %.3g log-prob on this model: "
+                        "packing is off for this run (optim.padding_free)", diff)  # fmt: skip
 
     @torch.no_grad()
     def vocab_mean_logprobs(self, batch: TokenBatch) -> torch.Tensor:
