@@ -39,17 +39,20 @@ def test_gradient_accumulation_matches_one_big_batch(default_model, agg):
     torch.testing.assert_close(tokens, big, atol=5e-6, rtol=0)
 
 
-def test_micro_batches_sort_by_length_and_cap_padded_tokens(default_model):
-    learner = Learner(copy.deepcopy(default_model), OptimConfig(micro_batch_size=3, micro_batch_tokens=20),
-                      AlgoConfig(), total_steps=1)  # fmt: skip
+@pytest.mark.parametrize("padding_free", [False, True])
+def test_micro_batches_sort_by_length_and_cap_tokens(default_model, padding_free):
+    cfg = OptimConfig(micro_batch_size=3, micro_batch_tokens=20, padding_free=padding_free)
+    learner = Learner(copy.deepcopy(default_model), cfg, AlgoConfig(), total_steps=1)
     lengths = [4, 9, 2, 7, 7, 3, 1, 5]
     attn = torch.zeros(len(lengths), 9, dtype=torch.long)
     for i, n in enumerate(lengths):
         attn[i, :n] = 1
     batch = TokenBatch(attn, attn, attn[:, 1:], attn[:, 1:].float(), attn[:, 1:].float())
     chunks = [c.tolist() for c in learner._chunks(torch.arange(len(lengths)), batch)]
-    # longest first; a chunk grows while rows x its first row's length <= 20 and rows <= 3
-    assert chunks == [[1, 3], [4, 7], [0, 5, 2], [6]]
+    if padding_free:  # longest first; a chunk grows while its real tokens <= 20 and rows <= 3
+        assert chunks == [[1, 3], [4, 7, 0], [5, 2, 6]]
+    else:  # ... while rows x its first row's length (the padded size) <= 20
+        assert chunks == [[1, 3], [4, 7], [0, 5, 2], [6]]
 
 
 def test_epochs_and_minibatches_count_optimizer_steps(default_model):

@@ -172,8 +172,8 @@ class Learner:
         model.eval()
         try:
             with self._autocast():
-                padded = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
-                packed = model(input_ids=packing.input_ids, position_ids=packing.position_ids, use_cache=False)
+                padded = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)  # fmt: skip
+                packed = model(input_ids=packing.input_ids, position_ids=packing.position_ids, use_cache=False)  # fmt: skip
         finally:
             model.train(training)
         a, b = (token_logprobs(x[:, :-1].float(), batch.targets, self.temperature)
@@ -284,22 +284,23 @@ class Learner:
 
     def _chunks(self, rows: torch.Tensor, batch: TokenBatch) -> list[torch.Tensor]:
         """Micro-batches of `rows`: sorted by length, each at most `micro_batch_size` rows and, past
-        its first row, `micro_batch_tokens` padded tokens -- rows of similar length share a forward,
-        so little of it is padding."""
+        its first row, `micro_batch_tokens` tokens -- padded tokens (rows of similar length share a
+        forward, so little of it is padding), or real tokens when forwards are padding-free."""
         lengths = batch.attention_mask[rows].sum(-1)
         order = rows[torch.argsort(lengths, descending=True, stable=True)].tolist()
         width = dict(zip(rows.tolist(), lengths.tolist(), strict=True))
         budget = self.cfg.micro_batch_tokens or float("inf")
         chunks: list[list[int]] = []
+        tokens = 0  # real tokens in the last chunk, with row r
         for r in order:  # longest first: a chunk's first row sets its padded width
-            if (
-                chunks
-                and len(chunks[-1]) < self.cfg.micro_batch_size
-                and (len(chunks[-1]) + 1) * width[chunks[-1][0]] <= budget
-            ):
-                chunks[-1].append(r)
-            else:
-                chunks.append([r])
+            tokens += width[r]
+            if chunks:
+                cost = tokens if self.padding_free else (len(chunks[-1]) + 1) * width[chunks[-1][0]]
+                if len(chunks[-1]) < self.cfg.micro_batch_size and cost <= budget:
+                    chunks[-1].append(r)
+                    continue
+            chunks.append([r])
+            tokens = width[r]
         return [torch.tensor(c) for c in chunks]
 
     def _micro_batches(
