@@ -119,6 +119,7 @@ def run_trl(start: Path, workload: dict, seed: int, steps: int, work: Path) -> d
                 rewards.append(logs["reward"])
                 tokens.append(logs.get("completions/mean_length", 0.0) * G * PROMPTS)
 
+    start_t = time.perf_counter()  # as schedrl's: from loading the start checkpoint, set-up included
     model, tokenizer = load_model_and_tokenizer(start, device="cpu")
     model.set_attn_implementation(
         "eager"
@@ -133,7 +134,6 @@ def run_trl(start: Path, workload: dict, seed: int, steps: int, work: Path) -> d
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
                           processing_class=tokenizer, callbacks=[Clock()])  # fmt: skip
     trainer.remove_callback(PrinterCallback)  # its per-step print is not part of the work compared
-    start_t = time.perf_counter()
     trainer.train()
     out = work / "trl" / "final"
     trainer.model.save_pretrained(out)
