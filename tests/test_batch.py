@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from schedrl.train.batch import collate
@@ -14,3 +15,14 @@ def test_collate_masks_only_completion_targets():
     assert b.behaviour_logp.tolist() == [[0, -1, -2, -3], [-4, 0, 0, 0]]
     sub = b.select(torch.tensor([1]))
     assert sub.input_ids.tolist() == [[7, 11]] and sub.mask.tolist() == [[1]]
+
+
+def test_collate_keeps_versions_and_names_bad_rows():
+    b = collate([[5, 6], [7]], [[8, 9], [11]], pad_id=0, versions=[[3, 4], [5]])
+    assert b.versions.tolist() == [[-1, 3, 4], [5, -1, -1]]
+    with pytest.raises(ValueError, match="completion 1 is empty"):
+        collate([[5], [6]], [[7], []], pad_id=0)
+    with pytest.raises(ValueError, match="versions 0 has 1 entries for 2 tokens"):
+        collate([[5]], [[7, 8]], pad_id=0, versions=[[1]])
+    with pytest.raises(ValueError, match="behaviour_logp 0 has 3 entries for 2 tokens"):
+        collate([[5]], [[7, 8]], pad_id=0, behaviour_logp=[[0.0, 0.0, 0.0]])

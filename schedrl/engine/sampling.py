@@ -69,22 +69,30 @@ def sample_tokens(
     """
     logits = logits.float()
     rows, vocab = logits.shape
-    temps = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], device=logits.device)
-    scaled = logits / temps[:, None]
+    dev = logits.device
+    temps = [p.temperature if p.temperature > 0 else 1.0 for p in params]
+    if temps.count(temps[0]) == rows:  # the usual case: one temperature for the batch
+        scaled = logits / temps[0]
+    else:
+        scaled = logits / torch.tensor(temps, device=dev)[:, None]
     logprobs_all = scaled.log_softmax(dim=-1)
-    greedy = [p.greedy for p in params]
-    tokens = scaled.argmax(dim=-1)
-    sampled_rows = [r for r in range(rows) if not greedy[r]]
+    sampled_rows = [r for r, p in enumerate(params) if not p.greedy]
+    every_row = len(sampled_rows) == rows
+    tokens = None if every_row else scaled.argmax(dim=-1)
     if sampled_rows:
-        idx = torch.tensor(sampled_rows, device=logits.device)
-        sub = scaled[idx]
+        idx = None if every_row else torch.tensor(sampled_rows, device=dev)
+        sub = scaled if idx is None else scaled[idx]
         if any(params[r].top_k > 0 or params[r].top_p < 1.0 for r in sampled_rows):
-            top_k = torch.tensor([params[r].top_k for r in sampled_rows], device=logits.device)
-            top_p = torch.tensor([params[r].top_p for r in sampled_rows], device=logits.device)
+            top_k = torch.tensor([params[r].top_k for r in sampled_rows], device=dev)
+            top_p = torch.tensor([params[r].top_p for r in sampled_rows], device=dev)
             sub = _truncate(sub, top_k, top_p)
-        seeds = torch.tensor([seeds[r] for r in sampled_rows], dtype=torch.long, device=logits.device)
-        index = torch.tensor([token_index[r] for r in sampled_rows], dtype=torch.long, device=logits.device)
+        seeds = torch.tensor([seeds[r] for r in sampled_rows], dtype=torch.long, device=dev)
+        index = torch.tensor([token_index[r] for r in sampled_rows], dtype=torch.long, device=dev)
         noise = uniform_noise(seeds, index, vocab)
         gumbel = -(-noise.log()).log()  # G = -log(-log U)
-        tokens[idx] = (sub + gumbel).argmax(dim=-1)
+        drawn = (sub + gumbel).argmax(dim=-1)
+        if idx is None:
+            tokens = drawn
+        else:
+            tokens[idx] = drawn
     return tokens, logprobs_all.gather(-1, tokens[:, None]).squeeze(-1)

@@ -67,24 +67,25 @@ def collate(
     `versions` (the policy version of each completion token, `Sample.versions`) is kept only when given.
     """
     rows = [list(p) + list(c) for p, c in zip(prompts, completions, strict=True)]
-    length = max(len(r) for r in rows)
-    n = len(rows)
-    ids = torch.full((n, length), pad_id, dtype=torch.long)
-    attn = torch.zeros((n, length), dtype=torch.long)
-    mask = torch.zeros((n, length - 1))
-    blp = torch.zeros((n, length - 1))
-    ver = torch.full((n, length - 1), -1, dtype=torch.long) if versions is not None else None
-    for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+    for i, c in enumerate(completions):
         if not c:
             raise ValueError(f"collate: completion {i} is empty")
-        ids[i, : len(rows[i])] = torch.tensor(rows[i])
-        attn[i, : len(rows[i])] = 1
-        # target position j predicts token j + 1: completion tokens sit at targets len(p)-1 ...
-        mask[i, len(p) - 1 : len(p) - 1 + len(c)] = 1
-        if behaviour_logp is not None:
-            blp[i, len(p) - 1 : len(p) - 1 + len(c)] = torch.tensor(behaviour_logp[i], dtype=torch.float32)
-        if ver is not None:
-            if len(versions[i]) != len(c):
-                raise ValueError(f"collate: versions {i} has {len(versions[i])} entries for {len(c)} tokens")
-            ver[i, len(p) - 1 : len(p) - 1 + len(c)] = torch.tensor(versions[i], dtype=torch.long)
+        for name, per_token in (("behaviour_logp", behaviour_logp), ("versions", versions)):
+            if per_token is not None and len(per_token[i]) != len(c):
+                raise ValueError(f"collate: {name} {i} has {len(per_token[i])} entries for {len(c)} tokens")
+    length = max(len(r) for r in rows)
+    ids = torch.tensor([r + [pad_id] * (length - len(r)) for r in rows], dtype=torch.long)
+    lengths = torch.tensor([len(r) for r in rows])
+    attn = (torch.arange(length)[None, :] < lengths[:, None]).long()
+    # target position j predicts token j + 1: completion tokens sit at targets len(p)-1 ... len(row)-2
+    first = torch.tensor([len(p) - 1 for p in prompts])
+    targets = torch.arange(length - 1)[None, :]
+    mask = ((targets >= first[:, None]) & (targets < lengths[:, None] - 1)).float()
+
+    def per_target(values: Sequence[Sequence[float]], fill, dtype) -> torch.Tensor:
+        return torch.tensor([[fill] * (len(p) - 1) + list(v) + [fill] * (length - len(r))
+                             for p, v, r in zip(prompts, values, rows, strict=True)], dtype=dtype)  # fmt: skip
+
+    blp = per_target(behaviour_logp, 0.0, torch.float32) if behaviour_logp is not None else torch.zeros(mask.shape)
+    ver = per_target(versions, -1, torch.long) if versions is not None else None
     return TokenBatch(ids, attn, ids[:, 1:].clone(), mask, blp, ver)
