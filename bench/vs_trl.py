@@ -239,6 +239,9 @@ def main() -> None:
         ]
         report[name] = {
             "target_reward": round(target, 3),
+            # per seed: wall-clock to the target, and to the end of the first step (start-up included)
+            **{f"{sys_}_time_to_target_s": [round(time_to(s, target), 1) for s in per[sys_]] for sys_ in per},
+            **{f"{sys_}_first_step_s": [round(s["elapsed"][0], 1) for s in per[sys_]] for sys_ in per},
             "schedrl_vs_trl_steps_per_s": round(statistics.median(ratio_speed), 3),
             "trl_time_to_target_over_schedrl": round(statistics.median(ratio_time), 3),
             **{f"{sys_}_{k}": round(statistics.median(s[k] for s in per[sys_]), 3)
