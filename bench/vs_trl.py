@@ -179,15 +179,18 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4), squeeze=False)
-    for ax, (name, per_system) in zip(axes[0], results.items(), strict=True):
-        for system, color in (("trl", "tab:blue"), ("schedrl", "tab:orange")):
-            for i, s in enumerate(per_system[system]):
-                ax.plot(s["elapsed"], moving_average(s["curve"]), color=color, alpha=0.8,
-                        label=f"{system} (seed runs)" if i == 0 else None)  # fmt: skip
-        ax.set(title=f"{name}: reward ({WINDOW}-step moving average)", xlabel="wall-clock s", ylabel="reward")
-        ax.grid(alpha=0.3)
-        ax.legend()
+    fig, axes = plt.subplots(2, len(results), figsize=(6 * len(results), 8), squeeze=False)
+    for col, (name, per_system) in enumerate(results.items()):
+        for row, xlabel in enumerate(("wall-clock s", "step")):
+            ax = axes[row][col]
+            for system, color in (("trl", "tab:blue"), ("schedrl", "tab:orange")):
+                for i, s in enumerate(per_system[system]):
+                    x = s["elapsed"] if row == 0 else range(1, len(s["curve"]) + 1)
+                    ax.plot(x, moving_average(s["curve"]), color=color, alpha=0.8,
+                            label=f"{system} (seed runs)" if i == 0 else None)  # fmt: skip
+            ax.set(title=f"{name}: reward ({WINDOW}-step moving average)", xlabel=xlabel, ylabel="reward")
+            ax.grid(alpha=0.3)
+            ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -243,6 +246,8 @@ def main() -> None:
             **{f"{sys_}_time_to_target_s": [round(time_to(s, target), 1) for s in per[sys_]] for sys_ in per},
             **{f"{sys_}_first_step_s": [round(s["elapsed"][0], 1) for s in per[sys_]] for sys_ in per},
             "schedrl_vs_trl_steps_per_s": round(statistics.median(ratio_speed), 3),
+            **{f"{sys_}_mean_reward_all_steps": round(statistics.median(statistics.mean(s["curve"]) for s in per[sys_]), 3)
+               for sys_ in per},  # the area under the reward-per-step curve
             "trl_time_to_target_over_schedrl": round(statistics.median(ratio_time), 3),
             **{f"{sys_}_{k}": round(statistics.median(s[k] for s in per[sys_]), 3)
                for sys_ in per for k in ("steps_per_s", "gen_tokens_per_s", "final_reward", "eval_pass@1",
