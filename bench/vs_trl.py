@@ -2,15 +2,17 @@
 
 For each workload and seed, both systems start from the same weights (the tiny model after the
 same SFT warm-up) with the same attention kernels (eager, schedrl's CPU default), see the same
-tasks in the same order (TRL's dataset is schedrl's task stream, unshuffled), and use the same G, prompts per step, learning rate (constant), max completion
-length, temperature, clip range, token-mean loss and beta = 0. Then each final model is
-evaluated by the same evaluator on the held-out split.
+tasks in the same order (TRL's dataset is schedrl's task stream, unshuffled), and use the same
+G, prompts per step, learning rate (constant), max completion length, temperature, clip range,
+token-mean loss, beta = 0 and one forward/backward over the step's batch. Then each final model
+is evaluated by the same evaluator on the held-out split.
 
     pip install -e '.[bench]'
-    python bench/vs_trl.py                       # both workloads, 3 seeds
+    python bench/vs_trl.py --workloads addition  # schedrl's synchronous loop, 3 seeds, ~7 min
     python bench/vs_trl.py --workloads addition --seeds 1 --steps 20   # a quick look
-    python bench/vs_trl.py --workloads longtail --schedrl-set pipeline.mode=async \
-        --schedrl-set pipeline.max_staleness=2 --schedrl-set algo.correction=decoupled   # a schedule vs TRL
+    python bench/vs_trl.py --workloads longtail --steps 300 --plot docs/vs_trl_longtail_async.png \
+        --schedrl-set pipeline.mode=async --schedrl-set pipeline.max_staleness=4 \
+        --schedrl-set algo.correction=decoupled  # schedrl's best schedule vs TRL, ~35 min
 
 Time to target: the target reward of a workload is 0.9 x the lower of the two systems' final
 reward (mean of the last 20 steps, median over seeds), so both reach it; the time is the wall-clock,
