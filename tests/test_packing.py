@@ -32,7 +32,7 @@ def test_rows_widen_to_the_longest_sequence():
 
 
 def test_left_padding_is_refused():
-    with pytest.raises(ValueError, match="right-padded"):
+    with pytest.raises(ValueError, match=r"right-padded.*row 1 is \[0, 1, 1\]"):
         pack(torch.ones(2, 3, dtype=torch.long), torch.tensor([[1, 1, 1], [0, 1, 1]]))
 
 

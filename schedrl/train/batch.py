@@ -82,7 +82,7 @@ def collate(
     targets = torch.arange(length - 1)[None, :]
     mask = ((targets >= first[:, None]) & (targets < lengths[:, None] - 1)).float()
 
-    def per_target(values: Sequence[Sequence[float]], fill, dtype) -> torch.Tensor:
+    def per_target(values: Sequence[Sequence[float | int]], fill: float | int, dtype: torch.dtype) -> torch.Tensor:
         return torch.tensor([[fill] * (len(p) - 1) + list(v) + [fill] * (length - len(r))
                              for p, v, r in zip(prompts, values, rows, strict=True)], dtype=dtype)  # fmt: skip
 

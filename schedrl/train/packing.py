@@ -53,8 +53,11 @@ def pack(input_ids: Tensor, attention_mask: Tensor, pad_id: int = 0, width: int 
     """
     b, length = input_ids.shape
     lengths = attention_mask.sum(-1)
-    if not torch.equal(attention_mask.bool(), torch.arange(length)[None, :] < lengths[:, None]):
-        raise ValueError("pack: attention_mask must be right-padded (each row: ones, then zeros)")
+    bad = (attention_mask.bool() != (torch.arange(length)[None, :] < lengths[:, None])).any(-1).nonzero()
+    if len(bad):
+        r = int(bad[0])
+        raise ValueError(f"pack: attention_mask must be right-padded (each row: ones, then zeros); "
+                         f"row {r} is {attention_mask[r].tolist()}")  # fmt: skip
     lens = lengths.tolist()
     width = max([width, *lens])
     row, offset, used = [0] * b, [0] * b, []  # each sequence's row and offset; tokens used per row
