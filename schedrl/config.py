@@ -124,7 +124,8 @@ class EvalConfig:
 @dataclass
 class PipelineConfig:
     mode: Literal["sync", "async"] = "sync"  # sync: one process, generate then train; async: engine and learner overlap
-    backend: Literal["ray", "local"] = "ray"  # async workers: Ray actors, or serially in this process (debugging)
+    backend: Literal["ray", "threads", "local"] = "ray"  # async workers: Ray actors, threads of this process, or
+    # serially in this process (debugging)
     max_staleness: int | Literal["auto"] = 0  # k: trained-on tokens are at most k versions old; auto adapts k
     staleness_min: int = 0  # auto: lower bound of k
     staleness_max: int = 4  # auto: upper bound of k

@@ -1,4 +1,5 @@
-"""The asynchronous pipeline end to end on the tiny model: sync equivalence, Ray actors, failures, resume."""
+"""The asynchronous pipeline end to end on the tiny model: sync equivalence, Ray actors, threads, failures,
+resume."""
 
 from __future__ import annotations
 
@@ -109,6 +110,35 @@ def test_killed_engine_is_restarted(tmp_path, ray_env):
     finally:
         c.logger.close()
         backend.shutdown()
+
+
+def test_thread_pipeline_with_k0_is_the_local_one(tmp_path):
+    """At k = 0 timing decides nothing, so threads and the serial backend train the same run."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the thread backend's workers run, so the kernels add up alike
+    try:
+        runs = {}
+        for backend in ("local", "threads"):
+            cfg = _cfg(tmp_path, backend, steps=3, mode="async", backend=backend)
+            runs[backend] = RunDir.create(cfg.out_dir, cfg.name)
+            train(cfg, runs[backend])
+    finally:
+        torch.set_num_threads(threads)
+    local, thread = _rows(runs["local"]), _rows(runs["threads"])
+    assert [r["reward_mean"] for r in local] == [r["reward_mean"] for r in thread]
+    for a, b in zip(local, thread, strict=True):
+        assert a["loss"] == b["loss"] and a["gen_tokens"] == b["gen_tokens"]
+
+
+def test_thread_pipeline_overlaps_within_the_bound(tmp_path):
+    cfg = _cfg(tmp_path, "overlap", steps=5, mode="async", backend="threads", max_staleness=2,
+               inflight_weight_updates=True)  # fmt: skip
+    run = RunDir.create(cfg.out_dir, cfg.name)
+    result = train(cfg, run)
+    rows = _rows(run)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    assert max(r["staleness_max"] for r in rows) <= 2
+    assert "greedy_acc" in result["eval_after"]
 
 
 class Crash(RuntimeError):

@@ -1,4 +1,5 @@
-"""Where the pipeline's workers run: Ray actors (`RayBackend`) or the calling process (`LocalBackend`).
+"""Where the pipeline's workers run: Ray actors (`RayBackend`), threads of the calling process
+(`ThreadBackend`), or the calling process, one call at a time (`LocalBackend`).
 
 Both give the pipeline the same four verbs -- start a worker, `call` a method (a
 future comes back), `wait` for some futures, `get` a result -- so the loop in
@@ -16,6 +17,9 @@ from __future__ import annotations
 
 import math
 import os
+import threading
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +99,107 @@ class LocalBackend:
         pass
 
 
+@dataclass(eq=False)
+class _Ref:
+    """One result of a call on a `ThreadBackend` worker: part `index` of the call's future, or all of it."""
+
+    future: Future
+    index: int | None = None
+
+    def result(self):
+        value = self.future.result()
+        return value if self.index is None else value[self.index]
+
+
+class _ThreadWorker:
+    """A worker object living on its own thread: its calls run there one at a time, in order, as an actor's."""
+
+    # transformers loads a model under process-wide patches (weights first made on the meta device), so
+    # two loads at once on two threads break each other: workers are built one at a time
+    building = threading.Lock()
+
+    def __init__(self, name: str, cls, *args) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"schedrl-{name}")
+        self.instance = self.pool.submit(self._build, cls, *args)  # on its thread, so `pin` pins that thread
+
+    def _build(self, cls, *args):
+        with self.building:
+            return cls(*args)
+
+
+class ThreadBackend:
+    """Workers on threads of this process, one per worker: the engine generates while the learner trains,
+    with no processes to start and no weights to serialize.
+
+    torch runs its kernels without Python's lock, so a learner's forward and backward overlap an
+    engine's decode steps; the Python between kernels still takes turns. Each worker thread is
+    pinned to its own cores where there are enough (Linux pins the calling thread), and torch uses
+    one thread per kernel while the backend runs, so the two workers do not oversubscribe the cores.
+    """
+
+    name = "threads"
+
+    def __init__(self, num_engines: int = 1, engine_cpus: int = 1, learner_cpus: int = 1) -> None:
+        import torch
+
+        self.num_engines = num_engines
+        self.engine_cores, self.learner_cores = placement(num_engines, engine_cpus, learner_cpus)
+        # torch's thread count is one setting for the whole process: one thread per kernel, since every
+        # worker thread runs its own kernels (restored at shutdown)
+        self._threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        self.workers: list[_ThreadWorker] = []
+
+    def start_worker(self, name: str, cls, *args) -> _ThreadWorker:
+        """`cls(*args)` built on a new thread of its own, where its calls will run."""
+        worker = _ThreadWorker(name, cls, *args)
+        self.workers.append(worker)
+        return worker
+
+    def start_engine(self, cfg: dict, weights, version: int, index: int = 0) -> _ThreadWorker:
+        name = worker_name(index, self.num_engines)
+        return self.start_worker(name, EngineWorker, cfg, self._resolve(weights), version, self.engine_cores[index], 1,
+                           name)  # fmt: skip
+
+    def start_learner(self, cfg: dict, run_root: str, checkpoint: str | None) -> _ThreadWorker:
+        return self.start_worker("learner", LearnerWorker, cfg, run_root, checkpoint, self.learner_cores, 1)
+
+    @staticmethod
+    def _resolve(x):
+        return x.result() if isinstance(x, _Ref) else x
+
+    def call(self, worker: _ThreadWorker, method: str, *args, num_returns: int = 1):
+        def run():
+            # Arguments that are results of other calls are awaited here, on the worker's thread, as Ray does.
+            return getattr(worker.instance.result(), method)(*(self._resolve(a) for a in args))
+
+        future = worker.pool.submit(run)
+        return _Ref(future) if num_returns == 1 else tuple(_Ref(future, i) for i in range(num_returns))
+
+    def wait(self, futures: list, timeout: float | None = None) -> list:
+        done, _ = wait_futures({r.future for r in futures}, timeout=timeout, return_when=FIRST_COMPLETED)
+        return [r for r in futures if r.future in done]
+
+    def get(self, ref: _Ref):
+        return ref.result()
+
+    def put(self, value) -> _Ref:
+        future: Future = Future()
+        future.set_result(value)
+        return _Ref(future)
+
+    def kill(self, worker: _ThreadWorker) -> None:
+        worker.pool.shutdown(wait=False, cancel_futures=True)  # a thread cannot be stopped mid-call
+
+    def shutdown(self) -> None:
+        import torch
+
+        for worker in self.workers:
+            worker.pool.shutdown(wait=True, cancel_futures=True)
+        self.workers = []
+        torch.set_num_threads(self._threads)
+
+
 class RayBackend:
     """Workers as Ray actors on a local cluster started here, or on an existing one by address."""
 
@@ -163,9 +268,12 @@ class RayBackend:
 
 
 def make_backend(name: str, **kwargs):
-    """`name` "ray" (keyword arguments as `RayBackend`) or "local" (they are ignored: one process)."""
+    """`name` "ray" (keyword arguments as `RayBackend`), "threads" (only the worker counts and cores are
+    used) or "local" (they are ignored: one process, one call at a time)."""
     if name == "local":
         return LocalBackend()
+    if name == "threads":
+        return ThreadBackend(**{k: kwargs[k] for k in ("num_engines", "engine_cpus", "learner_cpus") if k in kwargs})
     if name == "ray":
         return RayBackend(**kwargs)
-    raise ValueError(f"pipeline.backend must be 'ray' or 'local', got {name!r}")
+    raise ValueError(f"pipeline.backend must be 'ray', 'threads' or 'local', got {name!r}")
