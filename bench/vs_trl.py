@@ -4,15 +4,18 @@ For each workload and seed, both systems start from the same weights (the tiny m
 same SFT warm-up) with the same attention kernels (eager, schedrl's CPU default), see the same
 tasks in the same order (TRL's dataset is schedrl's task stream, unshuffled), and use the same
 G, prompts per step, learning rate (constant), max completion length, temperature, clip range,
-token-mean loss, beta = 0 and one forward/backward over the step's batch. Then each final model
-is evaluated by the same evaluator on the held-out split.
+token-mean loss, beta = 0, AdamW with the fused kernel, and one forward/backward over the step's
+batch without recomputing activations: TRL's GRPOConfig turns gradient checkpointing on by
+default, which re-runs each layer's forward in the backward; it is off here, as schedrl has no
+such recomputation (`--trl-gradient-checkpointing` runs TRL's default instead). Then each final
+model is evaluated by the same evaluator on the held-out split.
 
     pip install -e '.[bench]'
     python bench/vs_trl.py --workloads addition  # schedrl's synchronous loop, 3 seeds, ~7 min
     python bench/vs_trl.py --workloads addition --seeds 1 --steps 20   # a quick look
     python bench/vs_trl.py --workloads longtail --steps 300 --plot docs/vs_trl_longtail_async.png \
-        --schedrl-set pipeline.mode=async --schedrl-set pipeline.max_staleness=4 \
-        --schedrl-set algo.correction=decoupled  # schedrl's best schedule vs TRL, ~35 min
+        --schedrl-set pipeline.mode=async --schedrl-set pipeline.backend=threads \
+        --schedrl-set pipeline.max_staleness=4 --schedrl-set algo.correction=decoupled  # best schedule, ~35 min
 
 Time to target: the target reward of a workload is 0.9 x the lower of the two systems' final
 reward (mean of the last 20 steps, median over seeds), so both reach it; the time is the wall-clock,
@@ -95,7 +98,7 @@ def run_schedrl(start: Path, workload: dict, seed: int, steps: int, work: Path, 
             "model": work / "schedrl" / "checkpoints" / f"step_{steps:06d}" / "model"}  # fmt: skip
 
 
-def run_trl(start: Path, workload: dict, seed: int, steps: int, work: Path) -> dict:
+def run_trl(start: Path, workload: dict, seed: int, steps: int, work: Path, checkpointing: bool = False) -> dict:
     from datasets import Dataset
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
@@ -131,7 +134,7 @@ def run_trl(start: Path, workload: dict, seed: int, steps: int, work: Path) -> d
         num_generations=G, max_completion_length=workload["max_new_tokens"], temperature=TEMPERATURE,
         learning_rate=workload.get("lr", LR), lr_scheduler_type="constant", beta=0.0, epsilon=0.2, loss_type="dapo",
         scale_rewards="group", shuffle_dataset=False, logging_steps=1, save_strategy="no", report_to=[],
-        use_cpu=True, bf16=False, disable_tqdm=True,
+        use_cpu=True, bf16=False, disable_tqdm=True, gradient_checkpointing=checkpointing,
     )  # fmt: skip
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
                           processing_class=tokenizer, callbacks=[Clock()])  # fmt: skip
@@ -206,6 +209,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=None, help="override the steps of every workload")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--plot", default="docs/vs_trl.png")
+    ap.add_argument("--trl-gradient-checkpointing", action="store_true",
+                    help="TRL's default: recompute activations in the backward (schedrl does not)")
     ap.add_argument("--schedrl-set", action="append", default=[], metavar="KEY=VALUE",
                     help="override schedrl's config, e.g. pipeline.mode=async (a schedule to compare)")
     args = ap.parse_args()
@@ -225,7 +230,7 @@ def main() -> None:
             order = ("trl", "schedrl") if seed % 2 == 0 else ("schedrl", "trl")  # alternate who runs first
             for system in order:
                 if system == "trl":
-                    out = run_trl(start, workload, seed, steps, work)
+                    out = run_trl(start, workload, seed, steps, work, args.trl_gradient_checkpointing)
                 else:
                     out = run_schedrl(start, workload, seed, steps, work, args.schedrl_set)
                 summary = summarize(out, workload, seed)
@@ -257,7 +262,7 @@ def main() -> None:
         }  # fmt: skip
         print(json.dumps({name: report[name]}), flush=True)
     plot(results, Path(args.plot))
-    out = {"workloads": report, "plot": args.plot}
+    out = {"workloads": report, "plot": args.plot, "trl_gradient_checkpointing": args.trl_gradient_checkpointing}
     if "addition" in report:
         out["sync_vs_trl_steps_per_s"] = report["addition"]["schedrl_vs_trl_steps_per_s"]
     if "longtail" in report:

@@ -255,3 +255,19 @@ def test_bad_input_errors(model, tokenizer):
         EngineConfig(max_concurrency=0)
     with pytest.raises(KeyError, match="neither waiting nor running"):
         engine.abort("zzz")
+
+
+@pytest.mark.parametrize(("kv_heads", "lq", "scale"), [(4, 1, None), (2, 1, 0.3), (4, 5, 0.2), (1, 6, None)])
+def test_engine_attention_equals_sdpa(kv_heads, lq, scale):
+    """The engine's two-matmul attention against torch's SDPA, grouped-query heads included."""
+    from schedrl.engine.attention import _attend
+
+    torch.manual_seed(0)
+    q = torch.randn(7, 4, lq, 16)
+    k, v = torch.randn(7, kv_heads, 9, 16), torch.randn(7, kv_heads, 9, 16)
+    allowed = torch.rand(7, 1, lq, 9) < 0.7
+    allowed[..., 0] = True  # every row sees at least one key
+    mask = torch.zeros(allowed.shape).masked_fill_(~allowed, float("-inf"))
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale,
+                                                           enable_gqa=kv_heads != 4)  # fmt: skip
+    torch.testing.assert_close(_attend(q, k, v, mask, scale), ref, rtol=1e-5, atol=1e-6)

@@ -117,3 +117,25 @@ def test_a_loss_the_learner_cannot_drive_is_a_clear_error(default_model):
         Learner(copy.deepcopy(default_model), OptimConfig(), AlgoConfig(name="ppo_clip", kl_coef=0.1), 10)
     with pytest.raises(ValueError, match="unknown loss 'nope'"):
         Learner(copy.deepcopy(default_model), OptimConfig(), AlgoConfig(name="nope"), 10)
+
+
+def test_adamw_is_fused_on_cpu_and_steps_as_the_per_tensor_loop():
+    from schedrl.train.optimizer import adamw
+
+    torch.manual_seed(0)
+    a = torch.nn.Linear(5, 3)
+    b = torch.nn.Linear(5, 3)
+    b.load_state_dict(a.state_dict())
+    start = a.weight.detach().clone()
+    fast = adamw(a.parameters(), lr=0.1, weight_decay=0.01)
+    slow = torch.optim.AdamW(b.parameters(), lr=0.1, weight_decay=0.01, foreach=False)
+    assert fast.defaults["fused"] is True and not slow.defaults["fused"]
+    for _ in range(3):
+        x = torch.randn(4, 5)
+        for m, opt in ((a, fast), (b, slow)):
+            opt.zero_grad()
+            m(x).pow(2).sum().backward()
+            opt.step()
+    assert (a.weight - start).abs().min() > 0.01  # three steps of lr 0.1 moved every weight
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)

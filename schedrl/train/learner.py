@@ -21,6 +21,7 @@ from schedrl.algos.ppo import ppo_advantages
 from schedrl.algos.rover import vocab_mean_logp
 from schedrl.config import AlgoConfig, OptimConfig
 from schedrl.train.batch import TokenBatch, prompt_groups
+from schedrl.train.optimizer import adamw
 from schedrl.train.packing import Packing, pack
 from schedrl.train.schedules import make_schedule
 from schedrl.train.value_head import ValueHead
@@ -117,9 +118,7 @@ class Learner:
         if "values" in self.loss_params:
             self.value_head = ValueHead(model.config.hidden_size).to(self.device)
             params = [*model.parameters(), *self.value_head.parameters()]
-        self.optimizer = torch.optim.AdamW(
-            params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay
-        )
+        self.optimizer = adamw(params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay)
         schedule = make_schedule(optim.schedule, optim.lr, optim.warmup_steps, total_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: schedule(s) / optim.lr)
         self.bad_in_a_row = 0

@@ -15,6 +15,7 @@ from schedrl.config import SFTConfig
 from schedrl.envs import TaskSource
 from schedrl.seeding import derive_seed
 from schedrl.train.batch import collate
+from schedrl.train.optimizer import adamw
 
 
 def sft_batch(source: TaskSource, tokenizer, n: int, seed: int):
@@ -35,7 +36,7 @@ def sft_warmup(
     """Run `cfg.steps` AdamW steps of masked cross-entropy; returns the loss per step."""
     device = next(model.parameters()).device
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    optimizer = adamw(model.parameters(), lr=cfg.lr)
     losses = []
     for step in range(cfg.steps):
         batch = sft_batch(source, tokenizer, cfg.batch_size, derive_seed(seed, "sft", step)).to(device)
