@@ -148,9 +148,10 @@ class Crash(RuntimeError):
 @pytest.mark.parametrize("pipeline", [
     {"max_staleness": 1, "partial_rollouts": True, "overprovision": 1.5, "stale": "mask"},
     {"max_staleness": 2, "inflight_weight_updates": True},
+    {"max_staleness": 2, "inflight_weight_updates": True, "backend": "threads"},  # timing decides the batches
 ])  # fmt: skip
 def test_resumed_async_run_loses_and_repeats_no_sample(tmp_path, pipeline):
-    cfg = _cfg(tmp_path, "crash", steps=6, save_every=2, mode="async", backend="local", **pipeline)
+    cfg = _cfg(tmp_path, "crash", steps=6, save_every=2, mode="async", **{"backend": "local", **pipeline})
     run = RunDir.create(cfg.out_dir, cfg.name)
 
     def crash(done, metrics):

@@ -39,6 +39,9 @@ class StepLayout:
     pre_src: torch.Tensor | None = None  # real query positions in the flattened (Bp * Lq) block ...
     pre_dst: torch.Tensor | None = None  # ... and the packed index each one writes back to
     pre_mask: torch.Tensor | None = None  # (Bp, 1, Lq, Lq) additive causal mask
+    copy_dst: torch.Tensor | None = None  # slots of rows left out of this forward: twins of another row ...
+    copy_src: torch.Tensor | None = None  # ... the slots whose first `copy_len` cached positions they copy
+    copy_len: int = 0
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float | None) -> torch.Tensor:

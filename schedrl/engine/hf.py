@@ -43,6 +43,9 @@ class EngineConfig:
     admission: str = "fcfs"  # admission policy name when no policy object is given
     seed: int = 0  # seeds requests that carry no seed of their own
     admission_args: dict = field(default_factory=dict)  # keyword arguments of the named admission policy
+    # Requests admitted in one step with the same prompt (the G samples of a group) prefill it once:
+    # the others copy its cached keys/values and sample from its logits with their own seeds
+    share_prompts: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_concurrency", "max_batched_tokens"):
@@ -120,6 +123,7 @@ class HFEngine:
         self._free_slots = list(range(self.config.max_concurrency))  # a min-heap: lowest slot first
         self.num_steps = 0
         self.num_generated = 0
+        self.num_shared_prefill = 0  # prompt tokens not recomputed: copied from a twin admitted with them
 
     def _alloc_cache(self, mc) -> None:
         heads = mc.num_attention_heads
@@ -246,8 +250,16 @@ class HFEngine:
     def _layout(self, seqs: Sequence[_Seq]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, StepLayout]:
         ids, pos, slots, last = [], [], [], []
         dec_tok, dec_slot, dec_pos, pre_rows = [], [], [], []
-        for seq in seqs:
+        first: dict[tuple[int, ...], int] = {}  # the tokens of a fresh multi-token row -> its index in seqs
+        copies: list[tuple[int, int, int]] = []  # (slot, slot it copies, tokens): twins of an earlier row
+        for r, seq in enumerate(seqs):
             new = seq.pending()
+            if self.config.share_prompts and len(new) > 1 and seq.n_cached == 0:
+                twin = first.setdefault(tuple(new), r)
+                if twin != r:  # same tokens from position 0: same keys/values, same logits
+                    last.append(last[twin])
+                    copies.append((seq.slot, seqs[twin].slot, len(new)))
+                    continue
             start = len(ids)
             ids.extend(new)
             pos.extend(range(seq.n_cached, seq.n_cached + len(new)))
@@ -289,6 +301,11 @@ class HFEngine:
             layout.pre_mask = _additive(offs[None, :] <= offs[:, None], mask_dtype)[
                 None, None
             ]  # (1, 1, Lq, Lq)
+        if copies:
+            layout.copy_dst = torch.tensor([d for d, _, _ in copies], device=dev)
+            layout.copy_src = torch.tensor([s for _, s, _ in copies], device=dev)
+            layout.copy_len = max(n for _, _, n in copies)
+            self.num_shared_prefill += sum(n for _, _, n in copies)
         as_t = lambda x: torch.tensor(x, device=dev)[None]  # noqa: E731
         return as_t(ids), as_t(pos), torch.tensor(last, device=dev), layout
 
@@ -307,6 +324,12 @@ class HFEngine:
                 logits_to_keep=last,
                 **{LAYOUT_KWARG: layout},
             )
+            if layout.copy_dst is not None:
+                # Twins take their row's cache; positions past their own length are masked until overwritten.
+                n = layout.copy_len
+                for kc, vc in self._cache:
+                    kc[layout.copy_dst, :, :n] = kc[layout.copy_src, :, :n]
+                    vc[layout.copy_dst, :, :n] = vc[layout.copy_src, :, :n]
         logits = out.logits[0]  # (R, V)
         tokens, logprobs = sample_tokens(
             logits, [s.request.params for s in seqs], [s.seed for s in seqs], [len(s.tokens) for s in seqs]
