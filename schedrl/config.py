@@ -53,6 +53,7 @@ class EngineSection:
     max_batched_tokens: int = 8192  # tokens per engine forward
     admission: str = "fcfs"  # admission policy: fcfs, priority, static, lpt, spt, fcfs_guarded, past_future
     admission_args: dict[str, Any] = field(default_factory=dict)  # its arguments, e.g. {predictor: sibling}
+    share_prompts: bool = True  # the samples of a prompt admitted in one step prefill it once
 
 
 @dataclass

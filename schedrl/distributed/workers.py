@@ -48,7 +48,8 @@ class EngineWorker:
         e = self.cfg.engine
         self.engine = HFEngine(model, self.tokenizer, EngineConfig(max_concurrency=e.max_concurrency,
                                max_batched_tokens=e.max_batched_tokens, admission=e.admission,
-                               admission_args=dict(e.admission_args), seed=self.cfg.seed),
+                               admission_args=dict(e.admission_args), seed=self.cfg.seed,
+                               share_prompts=e.share_prompts),
                                version=version)  # fmt: skip
         self.timeline = Recorder(name)
 

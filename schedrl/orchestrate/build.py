@@ -89,6 +89,7 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False) -> Components:
         admission=cfg.engine.admission,
         admission_args=dict(cfg.engine.admission_args),
         seed=cfg.seed,
+        share_prompts=cfg.engine.share_prompts,
     )
     engine = HFEngine(model, tokenizer, engine_cfg, version=start_step or 0)
     scorer = RewardScorer(source, cfg.max_reward_error_rate)
