@@ -1,7 +1,7 @@
 """Where the pipeline's workers run: Ray actors (`RayBackend`), threads of the calling process
 (`ThreadBackend`), or the calling process, one call at a time (`LocalBackend`).
 
-Both give the pipeline the same four verbs -- start a worker, `call` a method (a
+All three give the pipeline the same four verbs -- start a worker, `call` a method (a
 future comes back), `wait` for some futures, `get` a result -- so the loop in
 `schedrl.orchestrate.pipeline` never imports Ray. A worker that dies surfaces as
 `WorkerDiedError` from `get`.
@@ -9,8 +9,9 @@ future comes back), `wait` for some futures, `get` a result -- so the loop in
 Placement: each actor gets `num_cpus` Ray CPUs, pins itself to its own cores and
 sets torch's thread count to match; on 2 cores the engine runs on core 0 and the
 learner on core 1. With more workers than cores (two engines and a learner on 2
-cores) nobody is pinned and the OS shares the cores. Weights returned by the learner stay in the Ray object store and
-go to the engine by reference.
+cores) nobody is pinned and the OS shares the cores. Weights returned by the learner stay in the
+Ray object store and go to the engine by reference. `ThreadBackend` places its worker threads
+the same way and passes weights as plain objects.
 """
 
 from __future__ import annotations
