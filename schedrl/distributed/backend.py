@@ -159,8 +159,8 @@ class ThreadBackend:
 
     def start_engine(self, cfg: dict, weights, version: int, index: int = 0) -> _ThreadWorker:
         name = worker_name(index, self.num_engines)
-        return self.start_worker(name, EngineWorker, cfg, self._resolve(weights), version, self.engine_cores[index], 1,
-                           name)  # fmt: skip
+        cores = self.engine_cores[index]
+        return self.start_worker(name, EngineWorker, cfg, self._resolve(weights), version, cores, 1, name)
 
     def start_learner(self, cfg: dict, run_root: str, checkpoint: str | None) -> _ThreadWorker:
         return self.start_worker("learner", LearnerWorker, cfg, run_root, checkpoint, self.learner_cores, 1)

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from schedrl.config import RunConfig, config_from_dict
-from schedrl.engine import EngineConfig, HFEngine
+from schedrl.engine import HFEngine
 from schedrl.timeline import Recorder, Span
 from schedrl.train.batch import collate
 from schedrl.train.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
@@ -39,18 +39,14 @@ class EngineWorker:
 
     def __init__(self, cfg: dict, weights: dict[str, torch.Tensor], version: int, cores=None, threads=None,
                  name: str = "engine"):  # fmt: skip
-        from schedrl.orchestrate.build import load_policy  # keeps the worker module light to import
+        # imported here, to keep this module light to import
+        from schedrl.orchestrate.build import engine_config, load_policy
 
         pin(cores, threads)
         self.cfg: RunConfig = config_from_dict(cfg)
         model, self.tokenizer = load_policy(self.cfg, self.cfg.model.path, torch.device("cpu"))
         model.load_state_dict(weights)
-        e = self.cfg.engine
-        self.engine = HFEngine(model, self.tokenizer, EngineConfig(max_concurrency=e.max_concurrency,
-                               max_batched_tokens=e.max_batched_tokens, admission=e.admission,
-                               admission_args=dict(e.admission_args), seed=self.cfg.seed,
-                               share_prompts=e.share_prompts),
-                               version=version)  # fmt: skip
+        self.engine = HFEngine(model, self.tokenizer, engine_config(self.cfg), version=version)
         self.timeline = Recorder(name)
 
     def add(self, requests: Sequence[Request]) -> None:

@@ -30,6 +30,14 @@ log = logging.getLogger(__name__)
 REF_MODEL_DIR = "ref_model"
 
 
+def engine_config(cfg: RunConfig) -> EngineConfig:
+    """The engine's settings from a run config: its `engine` section, seeded by the run's seed."""
+    e = cfg.engine
+    return EngineConfig(max_concurrency=e.max_concurrency, max_batched_tokens=e.max_batched_tokens,
+                        admission=e.admission, admission_args=dict(e.admission_args), seed=cfg.seed,
+                        share_prompts=e.share_prompts)  # fmt: skip
+
+
 @dataclass
 class Components:
     cfg: RunConfig
@@ -83,15 +91,7 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False) -> Components:
         set_rng_state(rng)
         start_step = state.pop("step")
         log.info("resuming from %s at step %d", ckpt, start_step)
-    engine_cfg = EngineConfig(
-        max_concurrency=cfg.engine.max_concurrency,
-        max_batched_tokens=cfg.engine.max_batched_tokens,
-        admission=cfg.engine.admission,
-        admission_args=dict(cfg.engine.admission_args),
-        seed=cfg.seed,
-        share_prompts=cfg.engine.share_prompts,
-    )
-    engine = HFEngine(model, tokenizer, engine_cfg, version=start_step or 0)
+    engine = HFEngine(model, tokenizer, engine_config(cfg), version=start_step or 0)
     scorer = RewardScorer(source, cfg.max_reward_error_rate)
     # Resuming without a checkpoint restarts from scratch: every logged row is dropped.
     logger = MetricsLogger(run, resume_step=start_step if ckpt else (-1 if resume else None))
