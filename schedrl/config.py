@@ -102,6 +102,8 @@ class OptimConfig:
     micro_batch_size: int = 128  # sequences per forward/backward (gradient accumulation)
     micro_batch_tokens: int = 1024  # padded tokens per forward/backward (rows sorted by length); 0 = no cap
     padding_free: bool = True  # pack sequences into shared rows for the learner's forwards (checked once)
+    # with padding_free: rows with the same prompt (a group's samples) forward it once (GRPO prefix reuse)
+    share_prompts: bool = True
     ppo_epochs: int = 1  # passes over each step's samples
     minibatches: int = 1  # optimizer steps per pass
     max_bad_steps: int = 5  # stop after this many non-finite losses in a row

@@ -1,5 +1,6 @@
 """Padding-free learner forwards: the packed layout by hand, equality with the padded forward
-(values and gradients), the learner's one-time check, and bad input."""
+(values and gradients), shared prompts (GRPO prefix reuse) likewise, the learner's one-time
+check and its fall-backs, and bad input."""
 
 import copy
 import logging
@@ -9,9 +10,31 @@ import torch
 from test_learner import make_batch
 
 from schedrl.config import AlgoConfig, OptimConfig
-from schedrl.train.batch import collate
+from schedrl.train.batch import collate, prompt_lengths
 from schedrl.train.learner import Learner
-from schedrl.train.packing import pack
+from schedrl.train.packing import pack, pack_shared
+
+
+def group_batch(n_prompts=4, g=6, seed=0):
+    """`n_prompts` random prompts of 2-6 tokens, each with `g` random completions of 1-5 tokens."""
+    gen = torch.Generator().manual_seed(seed)
+    rand = lambda lo, hi: int(torch.randint(lo, hi, (1,), generator=gen))  # noqa: E731
+    prompts, completions = [], []
+    for _ in range(n_prompts):
+        prompt = [rand(4, 90) for _ in range(rand(2, 7))]
+        for _ in range(g):
+            prompts.append(prompt)
+            completions.append([rand(4, 90) for _ in range(rand(1, 6))])
+    return collate(prompts, completions, pad_id=0)
+
+
+def forward_and_grads(model, weights, **inputs_and_unpack):
+    """Logits (B, L, V) of one forward and the parameter gradients of sum(logits * weights)."""
+    unpack = inputs_and_unpack.pop("unpack", lambda x: x)
+    model.zero_grad()
+    logits = unpack(model(use_cache=False, **inputs_and_unpack).logits)
+    (logits * weights).sum().backward()
+    return logits.detach(), [q.grad.clone() for q in model.parameters()]
 
 
 def test_layout_by_hand():
@@ -44,15 +67,9 @@ def test_packed_forward_equals_padded_forward_values_and_gradients(default_model
     real = batch.attention_mask.bool()
     weights = torch.randn(batch.input_ids.shape + (model.config.vocab_size,)) * real[..., None]
 
-    def loss_and_grads(logits):
-        model.zero_grad()
-        (logits * weights).sum().backward()
-        return logits.detach(), [q.grad.clone() for q in model.parameters()]
-
-    padded, g_padded = loss_and_grads(model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                                            use_cache=False).logits)  # fmt: skip
-    packed, g_packed = loss_and_grads(p.unpack(model(input_ids=p.input_ids, position_ids=p.position_ids,
-                                                     use_cache=False).logits))  # fmt: skip
+    padded, g_padded = forward_and_grads(model, weights, input_ids=batch.input_ids,
+                                         attention_mask=batch.attention_mask)  # fmt: skip
+    packed, g_packed = forward_and_grads(model, weights, unpack=p.unpack, **p.model_inputs(torch.float32))
     torch.testing.assert_close(packed[real], padded[real], atol=1e-5, rtol=1e-5)
     assert (packed[~real] == 0).all()
     for a, b in zip(g_packed, g_padded, strict=True):
@@ -93,8 +110,98 @@ class IgnoresPositions(torch.nn.Module):
 def test_learner_switches_packing_off_for_a_model_it_does_not_fit(default_model, caplog):
     model = IgnoresPositions(copy.deepcopy(default_model))
     learner = Learner(model, OptimConfig(micro_batch_tokens=0), AlgoConfig(), total_steps=1)
-    batch = collate([[5, 6, 7]] * 3 + [[8, 9]] * 3, [[10]] * 6, pad_id=0)
-    assert pack(batch.input_ids, batch.attention_mask).rows < len(batch)
+    batch = collate([[5, 6, 7]] * 3 + [[8, 9]] * 3, [[10, 11]] * 6, pad_id=0)
+    assert pack(batch.input_ids, batch.attention_mask).saves_tokens
     with caplog.at_level(logging.WARNING):
         learner.logprobs(model, batch)
+    # the shared layout numbers completions from the prompt's end: wrong here, so sharing goes off first
+    assert "prompt sharing is off" in caplog.text and not learner.share_prompts
     assert not learner.padding_free and "packing is off" in caplog.text
+
+
+def test_shared_layout_by_hand():
+    # prompt [5 6] with completions [7], [8 9]; prompt [3] with completion [4]; rows of 5 tokens
+    ids = torch.tensor([[5, 6, 7, 0], [5, 6, 8, 9], [3, 4, 0, 0]])
+    mask = (ids != 0).long()
+    p = pack_shared(ids, mask, torch.tensor([2, 2, 1]), pad_id=0, width=5)
+    assert p.input_ids.tolist() == [[5, 6, 7, 8, 9], [3, 4, 0, 0, 0]]
+    assert p.position_ids.tolist() == [[0, 1, 2, 2, 3], [0, 1, 0, 0, 0]]
+    assert p.attention_mask[0, 0].int().tolist() == [
+        [1, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0],
+        [1, 1, 1, 0, 0],  # [7] sees the prompt and itself
+        [1, 1, 0, 1, 0],  # [8 9] sees the prompt, not [7]
+        [1, 1, 0, 1, 1],
+    ]
+    assert p.attention_mask[1, 0].int().tolist() == [
+        [1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 0, 1]
+    ]  # padding sees itself only  # fmt: skip
+    assert p.unpack(p.input_ids[..., None].float())[..., 0].tolist() == (ids * mask).float().tolist()
+    assert p.saves_tokens and p.input_ids.numel() == 10 < ids.numel()
+
+
+def test_a_group_longer_than_a_row_repeats_its_prompt():
+    ids = torch.tensor([[5, 6, 7, 7], [5, 6, 8, 8], [5, 6, 9, 9]])
+    p = pack_shared(ids, torch.ones_like(ids), torch.tensor([2, 2, 2]), width=6)
+    assert p.input_ids.tolist() == [[5, 6, 7, 7, 8, 8], [5, 6, 9, 9, 0, 0]]
+    assert p.unpack(p.input_ids[..., None].float())[..., 0].tolist() == ids.float().tolist()
+
+
+@pytest.mark.parametrize("width", [64, 12])  # all groups in one row each / groups split over rows
+def test_shared_forward_equals_padded_forward_values_and_gradients(default_model, width):
+    model = copy.deepcopy(default_model).train()
+    batch = group_batch(seed=width)
+    p = pack_shared(batch.input_ids, batch.attention_mask, prompt_lengths(batch), width=width)
+    assert p.input_ids.numel() < pack(batch.input_ids, batch.attention_mask, width=width).input_ids.numel()
+    real = batch.attention_mask.bool()
+    weights = torch.randn(batch.input_ids.shape + (model.config.vocab_size,)) * real[..., None]
+    padded, g_padded = forward_and_grads(model, weights, input_ids=batch.input_ids,
+                                         attention_mask=batch.attention_mask)  # fmt: skip
+    shared, g_shared = forward_and_grads(model, weights, unpack=p.unpack, **p.model_inputs(torch.float32))
+    torch.testing.assert_close(shared[real], padded[real], atol=1e-5, rtol=1e-5)
+    for a, b in zip(g_shared, g_padded, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
+    # without the mask, completions of one prompt see each other: the equality above is not free
+    leaky = p.unpack(model(input_ids=p.input_ids, position_ids=p.position_ids, use_cache=False).logits).detach()
+    assert (leaky[real] - padded[real]).abs().max() > 1e-2
+
+
+def test_learner_update_is_the_same_with_and_without_shared_prompts(default_model):
+    batch, adv = group_batch(seed=5), torch.randn(24, generator=torch.Generator().manual_seed(5))
+    out = {}
+    for share in (True, False):
+        model = copy.deepcopy(default_model)
+        learner = Learner(model, OptimConfig(share_prompts=share, micro_batch_tokens=0), AlgoConfig(), total_steps=2)
+        stats = learner.update(batch, adv, 0)
+        out[share] = torch.nn.utils.parameters_to_vector(model.parameters()).detach(), stats
+        layout = learner._packing(batch)
+        assert learner.share_prompts == share and (layout is not None and layout.attention_mask is not None) == share
+    torch.testing.assert_close(out[True][0], out[False][0], atol=2e-5, rtol=0)
+    assert out[True][1]["loss"] == pytest.approx(out[False][1]["loss"], abs=1e-5)
+
+
+class Drops4DMasks(torch.nn.Module):
+    """A causal LM whose kernel takes no custom mask (as flash attention): shared prompts would leak."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    def forward(self, input_ids, attention_mask=None, **kw):
+        keep = attention_mask is not None and attention_mask.dim() == 2
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask if keep else None, **kw)
+
+
+def test_learner_falls_back_to_plain_packing_for_a_model_without_4d_masks(default_model, caplog):
+    model = Drops4DMasks(copy.deepcopy(default_model))
+    learner = Learner(model, OptimConfig(micro_batch_tokens=0), AlgoConfig(), total_steps=1)
+    batch = group_batch(seed=2)
+    with caplog.at_level(logging.WARNING):
+        got = learner.logprobs(model, batch)
+    assert "prompt sharing is off" in caplog.text and not learner.share_prompts
+    assert learner.padding_free and "packing is off" not in caplog.text
+    with torch.no_grad():
+        want = Learner(default_model, OptimConfig(padding_free=False), AlgoConfig(), total_steps=1).logprobs(
+            default_model, batch
+        )
+    torch.testing.assert_close(got * batch.mask, want * batch.mask, atol=1e-5, rtol=0)

@@ -46,13 +46,17 @@ def prompt_groups(batch: TokenBatch) -> torch.Tensor:
 
     Labels count from 0 in order of first appearance; two tasks with identical prompts share a group.
     """
-    first = batch.mask.bool().to(torch.int8).argmax(dim=-1)  # first completion target = len(prompt) - 1
     labels: dict[tuple[int, ...], int] = {}
     out = [
-        labels.setdefault(tuple(row[: int(f) + 1].tolist()), len(labels))
-        for row, f in zip(batch.input_ids, first, strict=True)
+        labels.setdefault(tuple(row[:n]), len(labels))
+        for row, n in zip(batch.input_ids.tolist(), prompt_lengths(batch).tolist(), strict=True)
     ]
     return torch.tensor(out, dtype=torch.long)
+
+
+def prompt_lengths(batch: TokenBatch) -> torch.Tensor:
+    """(B,) tokens before each row's first completion token (1 for a row whose mask is all zero)."""
+    return batch.mask.bool().to(torch.int8).argmax(dim=-1) + 1  # first completion target = len(prompt) - 1
 
 
 def collate(

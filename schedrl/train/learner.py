@@ -20,9 +20,9 @@ from schedrl.algos import entropy_from_logits, masked_mean, offpolicy_stats, reg
 from schedrl.algos.ppo import ppo_advantages
 from schedrl.algos.rover import vocab_mean_logp
 from schedrl.config import AlgoConfig, OptimConfig
-from schedrl.train.batch import TokenBatch, prompt_groups
+from schedrl.train.batch import TokenBatch, prompt_groups, prompt_lengths
 from schedrl.train.optimizer import adamw
-from schedrl.train.packing import Packing, pack
+from schedrl.train.packing import Packing, pack, pack_shared
 from schedrl.train.schedules import make_schedule
 from schedrl.train.value_head import ValueHead
 
@@ -95,8 +95,8 @@ class Learner:
         self.temperature = temperature if temperature > 0 else 1.0
         self.seed = seed
         self.max_new_tokens = max_new_tokens
-        self.device = next(model.parameters()).device
-        self.padding_free, self._packing_checked = optim.padding_free, False
+        self.device, self._dtype = next(model.parameters()).device, next(model.parameters()).dtype
+        self.padding_free, self.share_prompts, self._packing_checked = optim.padding_free, optim.share_prompts, False
         self.loss_fn = registry.get("loss", algo.name)
         why = _cannot_drive(algo.name, algo)
         if why:
@@ -139,16 +139,14 @@ class Learner:
         packing = self._packing(batch)
         if packing is not None and not self._packing_checked:
             self._packing_checked = True
-            self._check_packing(model, batch, packing)
-            packing = packing if self.padding_free else None
+            packing = self._check_packing(model, batch, packing)
         with self._autocast():
             if packing is None:
                 out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                             output_hidden_states=with_values, use_cache=False)  # fmt: skip
                 logits, hidden = out.logits, out.hidden_states[-1] if with_values else None
             else:
-                out = model(input_ids=packing.input_ids, position_ids=packing.position_ids,
-                            output_hidden_states=with_values, use_cache=False)  # fmt: skip
+                out = model(**packing.model_inputs(self._dtype), output_hidden_states=with_values, use_cache=False)
                 logits = packing.unpack(out.logits)
                 hidden = packing.unpack(out.hidden_states[-1]) if with_values else None
             values = self.value_head(hidden[:, :-1]) if with_values else None
@@ -156,33 +154,47 @@ class Learner:
         return token_logprobs(logits, batch.targets, self.temperature), logits, values
 
     def _packing(self, batch: TokenBatch) -> Packing | None:
-        """The packed layout of `batch`, or None when padding-free forwards are off or save no row."""
+        """The packed layout of `batch` (prompts shared under `share_prompts`), or None when padding-free
+        forwards are off or save no token."""
         if not self.padding_free:
             return None
-        packing = pack(batch.input_ids.cpu(), batch.attention_mask.cpu())
-        return packing.to(self.device) if packing.rows < len(batch) else None
+        ids, attn = batch.input_ids.cpu(), batch.attention_mask.cpu()
+        if self.share_prompts:
+            packing = pack_shared(ids, attn, prompt_lengths(batch).cpu())
+        else:
+            packing = pack(ids, attn)
+        return packing.to(self.device) if packing.saves_tokens else None
 
     @torch.no_grad()
-    def _check_packing(self, model, batch: TokenBatch, packing: Packing) -> None:
-        """Once per learner: packed log-probs (eval mode, so no dropout) must match the padded forward's,
-        or packing is switched off (a model that ignores position ids, or attends across the packed
-        sequences, would differ)."""
+    def _check_packing(self, model, batch: TokenBatch, packing: Packing) -> Packing | None:
+        """Once per learner: packed log-probs (eval mode, so no dropout) must match the padded forward's.
+        A model that ignores position ids, or attends across the packed sequences, would differ: then
+        packing is switched off. A shared-prompt layout that differs (a kernel that ignores 4D masks)
+        switches prompt sharing off, and plain packing is checked instead. Returns the layout to use."""
         training = model.training
         model.eval()
         try:
             with self._autocast():
                 padded = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)  # fmt: skip
-                packed = model(input_ids=packing.input_ids, position_ids=packing.position_ids, use_cache=False)  # fmt: skip
+                packed = model(**packing.model_inputs(self._dtype), use_cache=False)
         finally:
             model.train(training)
         a, b = (token_logprobs(x[:, :-1].float(), batch.targets, self.temperature)
                 for x in (padded.logits, packing.unpack(packed.logits)))  # fmt: skip
         diff = float(((a - b).abs() * batch.mask).max()) if batch.mask.any() else 0.0
         tol = 1e-3 if self.device.type == "cpu" else 5e-2  # bf16 autocast on accelerators
-        if not diff <= tol:
-            self.padding_free = False
-            log.warning("padding-free forward differs from the padded one by %.3g log-prob on this model: "
-                        "packing is off for this run (optim.padding_free)", diff)  # fmt: skip
+        if diff <= tol:
+            return packing
+        if packing.attention_mask is not None:
+            self.share_prompts = False
+            log.warning("the shared-prompt forward differs from the padded one by %.3g log-prob on this model: "
+                        "prompt sharing is off for this run (optim.share_prompts)", diff)  # fmt: skip
+            plain = self._packing(batch)
+            return self._check_packing(model, batch, plain) if plain is not None else None
+        self.padding_free = False
+        log.warning("padding-free forward differs from the padded one by %.3g log-prob on this model: "
+                    "packing is off for this run (optim.padding_free)", diff)  # fmt: skip
+        return None
 
     @torch.no_grad()
     def vocab_mean_logprobs(self, batch: TokenBatch) -> torch.Tensor:

@@ -6,6 +6,14 @@ the tokens a learner forward sees. Packing places whole sequences back to back i
 no attention mask; transformers then attends within each sequence only (it reads the
 sequence boundaries from the position ids). Outputs are scattered back to (B, L, ...), so the
 losses never see the packing. verl calls this `use_remove_padding`, TRL `padding_free`.
+
+Shared prefixes (`pack_shared`, GRPO prefix reuse): the G samples of a group start with the
+same prompt, and a forward over identical tokens at identical positions gives identical keys,
+values and logits. So the prompt goes into a row once, followed by the completions of its
+rows, each numbered from the prompt's end and attending to the prompt and to itself only (a
+4D attention mask). Each row's prompt logits are read from the one copy, and in the backward
+its gradient collects every row's share, as G separate copies would. On 1-digit addition
+(prompts of ~5 tokens, completions of ~2) this forwards ~2.3x fewer tokens than `pack`.
 """
 
 from __future__ import annotations
@@ -24,17 +32,35 @@ class Packing:
 
     input_ids: Tensor  # (R, W) sequences back to back, padding at the end of a row
     position_ids: Tensor  # (R, W) restarting at 0 for every sequence (and for a row's padding)
-    src: Tensor  # (N,) flat index in (R * W) of each real token ...
+    src: Tensor  # (N,) flat index in (R * W) of each real token (repeated for a shared prefix) ...
     dst: Tensor  # (N,) ... and its flat index in (B * L)
     batch_shape: tuple[int, int]  # (B, L)
+    attention_mask: Tensor | None = None  # (R, 1, W, W) bool, True where a query may attend (shared prefixes)
 
     @property
     def rows(self) -> int:
         return self.input_ids.shape[0]
 
+    @property
+    def saves_tokens(self) -> bool:
+        """Whether the packed rows hold fewer tokens than the padded batch."""
+        return self.input_ids.numel() < self.batch_shape[0] * self.batch_shape[1]
+
     def to(self, device: torch.device) -> Packing:
+        mask = self.attention_mask.to(device) if self.attention_mask is not None else None
         return Packing(self.input_ids.to(device), self.position_ids.to(device), self.src.to(device),
-                       self.dst.to(device), self.batch_shape)  # fmt: skip
+                       self.dst.to(device), self.batch_shape, mask)  # fmt: skip
+
+    def model_inputs(self, dtype: torch.dtype) -> dict[str, Tensor]:
+        """Keyword arguments of the model's forward; a 4D mask goes in additive (0 or the dtype's minimum),
+        which HF's eager and SDPA attention both take as given."""
+        kw = {"input_ids": self.input_ids, "position_ids": self.position_ids}
+        if self.attention_mask is not None:
+            m = self.attention_mask
+            kw["attention_mask"] = torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill_(
+                ~m, torch.finfo(dtype).min
+            )
+        return kw
 
     def unpack(self, x: Tensor) -> Tensor:
         """(R, W, ...) -> (B, L, ...), zeros at the padding; differentiable."""
@@ -46,27 +72,16 @@ class Packing:
 
 
 def pack(input_ids: Tensor, attention_mask: Tensor, pad_id: int = 0, width: int = PACK_WIDTH) -> Packing:
-    """Pack the right-padded rows of `input_ids` (B, L) into rows of max(width, longest) tokens.
+    """Pack the right-padded rows of `input_ids` (B, L) into rows of max(width, longest) tokens
+    (fewer when all fit in one row).
 
     `pad_id` fills the end of each row; those positions form a sequence of their own, so any
     token id works. CPU tensors in and out; `Packing.to` moves the result.
     """
     b, length = input_ids.shape
-    lengths = attention_mask.sum(-1)
-    bad = (attention_mask.bool() != (torch.arange(length)[None, :] < lengths[:, None])).any(-1).nonzero()
-    if len(bad):
-        r = int(bad[0])
-        raise ValueError(f"pack: attention_mask must be right-padded (each row: ones, then zeros); "
-                         f"row {r} is {attention_mask[r].tolist()}")  # fmt: skip
-    lens = lengths.tolist()
-    width = max([width, *lens])
-    row, offset, used = [0] * b, [0] * b, []  # each sequence's row and offset; tokens used per row
-    for i in sorted(range(b), key=lambda i: -lens[i]):  # first-fit decreasing
-        r = next((r for r, u in enumerate(used) if u + lens[i] <= width), len(used))
-        if r == len(used):
-            used.append(0)
-        row[i], offset[i] = r, used[r]
-        used[r] += lens[i]
+    lens = _lengths(attention_mask, "pack")
+    width = _row_width(lens, width)
+    row, offset, used = _first_fit(lens, width)
     src, dst, t = [], [], []
     for i, n in enumerate(lens):
         at = row[i] * width + offset[i]
@@ -80,3 +95,92 @@ def pack(input_ids: Tensor, attention_mask: Tensor, pad_id: int = 0, width: int 
     ids = torch.full((len(used) * width,), pad_id, dtype=input_ids.dtype)
     ids[src] = input_ids.flatten()[dst]
     return Packing(ids.view(-1, width), pos.view(-1, width), src, dst, (b, length))
+
+
+def pack_shared(
+    input_ids: Tensor, attention_mask: Tensor, prefix_lens: Tensor, pad_id: int = 0, width: int = PACK_WIDTH
+) -> Packing:
+    """As `pack`, but rows whose first `prefix_lens[i]` tokens are equal forward them once.
+
+    A unit is one prefix followed by the completions (the rest) of some of its rows, at most
+    max(width, longest row) tokens; a group too long for one unit repeats its prefix in the next.
+    Units are packed first-fit decreasing. Position ids number each completion from its prefix's
+    end; the mask lets a prefix token see the earlier tokens of its prefix, and a completion token
+    its prefix and the earlier tokens of its own completion. A row's padding sees only itself.
+    Any `prefix_lens` is exact (a shorter one shares less); each is clamped to [1, row length].
+    """
+    b, length = input_ids.shape
+    lens = _lengths(attention_mask, "pack_shared")
+    width = max([width, *lens])
+    rows_ids = input_ids.tolist()
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(prefix_lens.tolist()):
+        groups.setdefault(tuple(rows_ids[i][: min(max(int(p), 1), lens[i])]), []).append(i)
+    units: list[tuple[tuple[int, ...], list[int]]] = []  # (prefix, rows whose completions follow it)
+    for prefix, members in groups.items():
+        size = len(prefix)
+        units.append((prefix, []))
+        for i in members:
+            rest = lens[i] - len(prefix)
+            if units[-1][1] and size + rest > width:
+                units.append((prefix, []))
+                size = len(prefix)
+            units[-1][1].append(i)
+            size += rest
+    sizes = [len(prefix) + sum(lens[i] - len(prefix) for i in members) for prefix, members in units]
+    width = _row_width(sizes, width)
+    row, offset, used = _first_fit(sizes, width)
+    n = len(used) * width
+    ids, pos, seg = [pad_id] * n, [0] * n, [0] * n
+    unit = list(range(-1, -1 - n, -1))  # padding: a unit of its own per position
+    src, dst = [], []
+    for u, (prefix, members) in enumerate(units):
+        start, p = row[u] * width + offset[u], len(prefix)
+        ids[start : start + p], pos[start : start + p], unit[start : start + p] = prefix, range(p), [u] * p
+        at = start + p
+        for k, i in enumerate(members, start=1):
+            end = at + lens[i] - p
+            ids[at:end], pos[at:end] = rows_ids[i][p : lens[i]], range(p, lens[i])
+            unit[at:end], seg[at:end] = [u] * (end - at), [k] * (end - at)
+            src += [*range(start, start + p), *range(at, end)]
+            dst += range(i * length, i * length + lens[i])
+            at = end
+    unit, seg = torch.tensor(unit).view(-1, width), torch.tensor(seg).view(-1, width)
+    cols = torch.arange(width)
+    allowed = (
+        (unit[:, :, None] == unit[:, None, :])
+        & (cols[:, None] >= cols[None, :])
+        & ((seg[:, None, :] == 0) | (seg[:, :, None] == seg[:, None, :]))
+    )
+    ids = torch.tensor(ids, dtype=input_ids.dtype).view(-1, width)
+    return Packing(ids, torch.tensor(pos).view(-1, width), torch.tensor(src), torch.tensor(dst), (b, length),
+                   allowed[:, None])  # fmt: skip
+
+
+def _lengths(attention_mask: Tensor, caller: str) -> list[int]:
+    """Tokens per row of a right-padded mask (B, L)."""
+    length = attention_mask.shape[1]
+    lengths = attention_mask.sum(-1)
+    bad = (attention_mask.bool() != (torch.arange(length)[None, :] < lengths[:, None])).any(-1).nonzero()
+    if len(bad):
+        r = int(bad[0])
+        raise ValueError(f"{caller}: attention_mask must be right-padded (each row: ones, then zeros); "
+                         f"row {r} is {attention_mask[r].tolist()}")  # fmt: skip
+    return lengths.tolist()
+
+
+def _row_width(sizes: list[int], width: int) -> int:
+    """`width`, widened to the longest item, or narrowed to all items together when they fit one row."""
+    return max(min(width, sum(sizes)), *sizes)
+
+
+def _first_fit(sizes: list[int], width: int) -> tuple[list[int], list[int], list[int]]:
+    """First-fit decreasing: each item's row and offset, and the tokens used per row."""
+    row, offset, used = [0] * len(sizes), [0] * len(sizes), []
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        r = next((r for r, u in enumerate(used) if u + sizes[i] <= width), len(used))
+        if r == len(used):
+            used.append(0)
+        row[i], offset[i] = r, used[r]
+        used[r] += sizes[i]
+    return row, offset, used
