@@ -120,30 +120,32 @@ def test_learner_switches_packing_off_for_a_model_it_does_not_fit(default_model,
 
 
 def test_shared_layout_by_hand():
-    # prompt [5 6] with completions [7], [8 9]; prompt [3] with completion [4]; rows of 5 tokens
+    # prompt [5 6] with completions [7] and [8 9]; prompt [3] with completion [4]: one row of 7
     ids = torch.tensor([[5, 6, 7, 0], [5, 6, 8, 9], [3, 4, 0, 0]])
     mask = (ids != 0).long()
     p = pack_shared(ids, mask, torch.tensor([2, 2, 1]), pad_id=0, width=5)
-    assert p.input_ids.tolist() == [[5, 6, 7, 8, 9], [3, 4, 0, 0, 0]]
-    assert p.position_ids.tolist() == [[0, 1, 2, 2, 3], [0, 1, 0, 0, 0]]
+    assert p.input_ids.tolist() == [[5, 6, 7, 8, 9, 3, 4]]
+    assert p.position_ids.tolist() == [[0, 1, 2, 2, 3, 0, 1]]
     assert p.attention_mask[0, 0].int().tolist() == [
-        [1, 0, 0, 0, 0],
-        [1, 1, 0, 0, 0],
-        [1, 1, 1, 0, 0],  # [7] sees the prompt and itself
-        [1, 1, 0, 1, 0],  # [8 9] sees the prompt, not [7]
-        [1, 1, 0, 1, 1],
+        [1, 0, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 0, 0],  # [7] sees its prompt and itself
+        [1, 1, 0, 1, 0, 0, 0],  # [8 9] sees its prompt, not [7]
+        [1, 1, 0, 1, 1, 0, 0],
+        [0, 0, 0, 0, 0, 1, 0],  # the other prompt sees only itself
+        [0, 0, 0, 0, 0, 1, 1],
     ]
-    assert p.attention_mask[1, 0].int().tolist() == [
-        [1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 0, 1]
-    ]  # padding sees itself only  # fmt: skip
     assert p.unpack(p.input_ids[..., None].float())[..., 0].tolist() == (ids * mask).float().tolist()
-    assert p.saves_tokens and p.input_ids.numel() == 10 < ids.numel()
+    assert p.saves_tokens and p.input_ids.numel() == 7 < ids.numel()
 
 
 def test_a_group_longer_than_a_row_repeats_its_prompt():
-    ids = torch.tensor([[5, 6, 7, 7], [5, 6, 8, 8], [5, 6, 9, 9]])
-    p = pack_shared(ids, torch.ones_like(ids), torch.tensor([2, 2, 2]), width=6)
-    assert p.input_ids.tolist() == [[5, 6, 7, 7, 8, 8], [5, 6, 9, 9, 0, 0]]
+    # units hold at most 2 x 4 tokens: [5 | 7 7 7 | 8 8 8], then [5 | 9 9 9]
+    ids = torch.tensor([[5, 7, 7, 7], [5, 8, 8, 8], [5, 9, 9, 9]])
+    p = pack_shared(ids, torch.ones_like(ids), torch.tensor([1, 1, 1]), width=4)
+    assert p.input_ids.tolist() == [[5, 7, 7, 7, 8, 8, 8, 0], [5, 9, 9, 9, 0, 0, 0, 0]]
+    assert p.position_ids.tolist() == [[0, 1, 2, 3, 1, 2, 3, 0], [0, 1, 2, 3, 0, 0, 0, 0]]
+    assert (p.attention_mask[1, 0, 4:, 4:] == torch.eye(4, dtype=torch.bool)).all()  # padding sees itself only
     assert p.unpack(p.input_ids[..., None].float())[..., 0].tolist() == ids.float().tolist()
 
 

@@ -103,7 +103,8 @@ def pack_shared(
     """As `pack`, but rows whose first `prefix_lens[i]` tokens are equal forward them once.
 
     A unit is one prefix followed by the completions (the rest) of some of its rows, at most
-    max(width, longest row) tokens; a group too long for one unit repeats its prefix in the next.
+    max(width, 2 x the longest row) tokens, so that a unit holds a prompt and at least two of its
+    completions; a group too long for one unit repeats its prefix in the next.
     Units are packed first-fit decreasing. Position ids number each completion from its prefix's
     end; the mask lets a prefix token see the earlier tokens of its prefix, and a completion token
     its prefix and the earlier tokens of its own completion. A row's padding sees only itself.
@@ -111,7 +112,7 @@ def pack_shared(
     """
     b, length = input_ids.shape
     lens = _lengths(attention_mask, "pack_shared")
-    width = max([width, *lens])
+    width = max(width, 2 * max(lens))
     rows_ids = input_ids.tolist()
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, p in enumerate(prefix_lens.tolist()):
