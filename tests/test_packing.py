@@ -168,12 +168,13 @@ def test_shared_forward_equals_padded_forward_values_and_gradients(default_model
     assert (leaky[real] - padded[real]).abs().max() > 1e-2
 
 
-def test_learner_update_is_the_same_with_and_without_shared_prompts(default_model):
-    batch, adv = group_batch(seed=5), torch.randn(24, generator=torch.Generator().manual_seed(5))
+@pytest.mark.parametrize("algo", [AlgoConfig(), AlgoConfig(name="ppo")])  # PPO: the value head reads hidden states
+def test_learner_update_is_the_same_with_and_without_shared_prompts(default_model, algo):
+    batch, adv = group_batch(seed=5), torch.rand(24, generator=torch.Generator().manual_seed(5))
     out = {}
     for share in (True, False):
         model = copy.deepcopy(default_model)
-        learner = Learner(model, OptimConfig(share_prompts=share, micro_batch_tokens=0), AlgoConfig(), total_steps=2)
+        learner = Learner(model, OptimConfig(share_prompts=share, micro_batch_tokens=0), algo, total_steps=2)
         stats = learner.update(batch, adv, 0)
         out[share] = torch.nn.utils.parameters_to_vector(model.parameters()).detach(), stats
         layout = learner._packing(batch)
