@@ -4,6 +4,7 @@ check and its fall-backs, and bad input."""
 
 import copy
 import logging
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from test_learner import make_batch
 
 from schedrl.config import AlgoConfig, OptimConfig
 from schedrl.train.batch import collate, prompt_lengths
-from schedrl.train.learner import Learner
+from schedrl.train.learner import Learner, takes_4d_masks
 from schedrl.train.packing import pack, pack_shared
 
 
@@ -149,9 +150,11 @@ def test_a_group_longer_than_a_row_repeats_its_prompt():
     assert p.unpack(p.input_ids[..., None].float())[..., 0].tolist() == ids.float().tolist()
 
 
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
 @pytest.mark.parametrize("width", [64, 12])  # all groups in one row each / groups split over rows
-def test_shared_forward_equals_padded_forward_values_and_gradients(default_model, width):
+def test_shared_forward_equals_padded_forward_values_and_gradients(default_model, width, attn):
     model = copy.deepcopy(default_model).train()
+    model.set_attn_implementation(attn)
     batch = group_batch(seed=width)
     p = pack_shared(batch.input_ids, batch.attention_mask, prompt_lengths(batch), width=width)
     assert p.input_ids.numel() < pack(batch.input_ids, batch.attention_mask, width=width).input_ids.numel()
@@ -208,3 +211,46 @@ def test_learner_falls_back_to_plain_packing_for_a_model_without_4d_masks(defaul
             default_model, batch
         )
     torch.testing.assert_close(got * batch.mask, want * batch.mask, atol=1e-5, rtol=0)
+
+
+def test_a_fallback_that_packs_nothing_leaves_the_check_to_the_next_batch(default_model, caplog):
+    model = IgnoresPositions(copy.deepcopy(default_model))
+    learner = Learner(model, OptimConfig(micro_batch_tokens=0), AlgoConfig(), total_steps=1)
+    same_length = collate([[5, 6, 7]] * 4, [[10, 11]] * 4, pad_id=0)  # plain packing saves nothing here
+    assert not pack(same_length.input_ids, same_length.attention_mask).saves_tokens
+    with caplog.at_level(logging.WARNING):
+        learner.logprobs(model, same_length)
+        assert "prompt sharing is off" in caplog.text and learner.padding_free
+        mixed = collate([[5, 6, 7]] * 3 + [[8, 9]] * 3, [[10, 11]] * 6, pad_id=0)
+        got = learner.logprobs(model, mixed)  # plain packing would leak here: it is checked first
+    assert not learner.padding_free and "packing is off" in caplog.text
+    want = Learner(default_model, OptimConfig(padding_free=False), AlgoConfig(), total_steps=1).logprobs(
+        default_model, mixed
+    )
+    torch.testing.assert_close(got * mixed.mask, want * mixed.mask, atol=1e-5, rtol=0)
+
+
+def stub(**config):
+    model = torch.nn.Linear(1, 1)
+    model.config = SimpleNamespace(**config)
+    return model
+
+
+def test_prompts_are_shared_only_under_kernels_that_take_4d_masks():
+    assert takes_4d_masks(stub(_attn_implementation="sdpa")) and takes_4d_masks(stub(_attn_implementation="eager"))
+    assert not takes_4d_masks(stub(_attn_implementation="flash_attention_2"))  # reads a 2D padding mask only
+    assert not takes_4d_masks(stub(_attn_implementation="sdpa", layer_types=["full_attention", "sliding_attention"]))
+    assert not takes_4d_masks(stub(_attn_implementation="sdpa", sliding_window=4096))
+    assert takes_4d_masks(stub(_attn_implementation="sdpa", sliding_window=4096, use_sliding_window=False))
+    model = stub(_attn_implementation="flash_attention_2")
+    assert not Learner(model, OptimConfig(), AlgoConfig(), total_steps=1).share_prompts
+
+
+def test_micro_batches_keep_a_group_together_and_count_its_prompt_once(default_model):
+    # two groups: prompt of 4 tokens, 4 completions of 2 -> 12 tokens shared (24 unshared); one of 6
+    batch = collate([[5, 6, 7, 8]] * 4 + [[9, 10, 11]] * 2, [[12, 13]] * 4 + [[14]] * 2, pad_id=0)
+    shared = Learner(default_model, OptimConfig(micro_batch_tokens=12), AlgoConfig(), total_steps=1)
+    assert [c.tolist() for c in shared._chunks(torch.arange(6), batch)] == [[0, 1, 2, 3], [4, 5]]
+    plain = Learner(default_model, OptimConfig(micro_batch_tokens=12, share_prompts=False), AlgoConfig(),
+                    total_steps=1)  # fmt: skip
+    assert [c.tolist() for c in plain._chunks(torch.arange(6), batch)] == [[0, 1], [2, 3], [4, 5]]

@@ -77,6 +77,22 @@ class NonFiniteLossError(RuntimeError):
     """Too many optimizer steps in a row had a non-finite loss or gradient."""
 
 
+def takes_4d_masks(model: torch.nn.Module) -> bool:
+    """Whether the model's attention takes a custom 4D mask as given (HF eager and SDPA), so that rows can
+    share prompts: flash attention reads only a 2D padding mask, and sliding-window layers would widen
+    to the whole row under a custom mask."""
+    config = getattr(model, "config", None)
+    layer_types = getattr(config, "layer_types", None) or ()
+    sliding = any("sliding" in t for t in layer_types) or (
+        not layer_types and getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True)
+    )
+    return getattr(config, "_attn_implementation", None) in ("eager", "sdpa") and not sliding
+
+
+def _dtype(model: torch.nn.Module) -> torch.dtype:
+    return next(model.parameters()).dtype
+
+
 class Learner:
     def __init__(
         self,
@@ -95,8 +111,9 @@ class Learner:
         self.temperature = temperature if temperature > 0 else 1.0
         self.seed = seed
         self.max_new_tokens = max_new_tokens
-        self.device, self._dtype = next(model.parameters()).device, next(model.parameters()).dtype
-        self.padding_free, self.share_prompts, self._packing_checked = optim.padding_free, optim.share_prompts, False
+        self.device = next(model.parameters()).device
+        self.padding_free, self._packing_checked = optim.padding_free, False
+        self.share_prompts = optim.share_prompts and takes_4d_masks(model)
         self.loss_fn = registry.get("loss", algo.name)
         why = _cannot_drive(algo.name, algo)
         if why:
@@ -146,7 +163,7 @@ class Learner:
                             output_hidden_states=with_values, use_cache=False)  # fmt: skip
                 logits, hidden = out.logits, out.hidden_states[-1] if with_values else None
             else:
-                out = model(**packing.model_inputs(self._dtype), output_hidden_states=with_values, use_cache=False)
+                out = model(**packing.model_inputs(_dtype(model)), output_hidden_states=with_values, use_cache=False)
                 logits = packing.unpack(out.logits)
                 hidden = packing.unpack(out.hidden_states[-1]) if with_values else None
             values = self.value_head(hidden[:, :-1]) if with_values else None
@@ -154,16 +171,16 @@ class Learner:
         return token_logprobs(logits, batch.targets, self.temperature), logits, values
 
     def _packing(self, batch: TokenBatch) -> Packing | None:
-        """The packed layout of `batch` (prompts shared under `share_prompts`), or None when padding-free
-        forwards are off or save no token."""
+        """The packed layout of `batch` with the fewest tokens: plain, or with prompts shared under
+        `share_prompts`; None when padding-free forwards are off or save no token."""
         if not self.padding_free:
             return None
         ids, attn = batch.input_ids.cpu(), batch.attention_mask.cpu()
+        layouts = [pack(ids, attn)]
         if self.share_prompts:
-            packing = pack_shared(ids, attn, prompt_lengths(batch).cpu())
-        else:
-            packing = pack(ids, attn)
-        return packing.to(self.device) if packing.saves_tokens else None
+            layouts.append(pack_shared(ids, attn, prompt_lengths(batch).cpu()))
+        best = min(layouts, key=lambda p: p.input_ids.numel())  # a tie keeps the plain one
+        return best.to(self.device) if best.saves_tokens else None
 
     @torch.no_grad()
     def _check_packing(self, model, batch: TokenBatch, packing: Packing) -> Packing | None:
@@ -176,7 +193,7 @@ class Learner:
         try:
             with self._autocast():
                 padded = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)  # fmt: skip
-                packed = model(**packing.model_inputs(self._dtype), use_cache=False)
+                packed = model(**packing.model_inputs(_dtype(model)), use_cache=False)
         finally:
             model.train(training)
         a, b = (token_logprobs(x[:, :-1].float(), batch.targets, self.temperature)
@@ -190,7 +207,10 @@ class Learner:
             log.warning("the shared-prompt forward differs from the padded one by %.3g log-prob on this model: "
                         "prompt sharing is off for this run (optim.share_prompts)", diff)  # fmt: skip
             plain = self._packing(batch)
-            return self._check_packing(model, batch, plain) if plain is not None else None
+            if plain is None:  # nothing to check on this batch: the next one that packs is checked
+                self._packing_checked = False
+                return None
+            return self._check_packing(model, batch, plain)
         self.padding_free = False
         log.warning("padding-free forward differs from the padded one by %.3g log-prob on this model: "
                     "packing is off for this run (optim.padding_free)", diff)  # fmt: skip
@@ -296,22 +316,34 @@ class Learner:
     def _chunks(self, rows: torch.Tensor, batch: TokenBatch) -> list[torch.Tensor]:
         """Micro-batches of `rows`: sorted by length, each at most `micro_batch_size` rows and, past
         its first row, `micro_batch_tokens` tokens -- padded tokens (rows of similar length share a
-        forward, so little of it is padding), or real tokens when forwards are padding-free."""
+        forward, so little of it is padding), or real tokens when forwards are padding-free. When
+        prompts are shared, a group's rows sit side by side (groups by their longest row) and its
+        prompt counts once per micro-batch."""
         lengths = batch.attention_mask[rows].sum(-1)
-        order = rows[torch.argsort(lengths, descending=True, stable=True)].tolist()
         width = dict(zip(rows.tolist(), lengths.tolist(), strict=True))
+        if self.padding_free and self.share_prompts:
+            group = dict(zip(width, prompt_groups(batch)[rows].tolist(), strict=True))
+            prompt = dict(zip(width, prompt_lengths(batch)[rows].tolist(), strict=True))
+            longest: dict[int, int] = {}
+            for r, n in width.items():
+                longest[group[r]] = max(longest.get(group[r], 0), n)
+            order = sorted(width, key=lambda r: (-longest[group[r]], group[r], -width[r]))
+        else:  # every row a group of its own, sharing nothing
+            group, prompt = {r: r for r in width}, {r: 0 for r in width}
+            order = rows[torch.argsort(lengths, descending=True, stable=True)].tolist()
         budget = self.cfg.micro_batch_tokens or float("inf")
         chunks: list[list[int]] = []
-        tokens = 0  # real tokens in the last chunk, with row r
+        tokens, seen = 0, set()  # real tokens in the last chunk, with row r; the groups in it
         for r in order:  # longest first: a chunk's first row sets its padded width
-            tokens += width[r]
+            tokens += width[r] - (prompt[r] if group[r] in seen else 0)
             if chunks:
                 cost = tokens if self.padding_free else (len(chunks[-1]) + 1) * width[chunks[-1][0]]
                 if len(chunks[-1]) < self.cfg.micro_batch_size and cost <= budget:
                     chunks[-1].append(r)
+                    seen.add(group[r])
                     continue
             chunks.append([r])
-            tokens = width[r]
+            tokens, seen = width[r], {group[r]}
         return [torch.tensor(c) for c in chunks]
 
     def _micro_batches(

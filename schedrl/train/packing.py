@@ -35,11 +35,29 @@ class Packing:
     src: Tensor  # (N,) flat index in (R * W) of each real token (repeated for a shared prefix) ...
     dst: Tensor  # (N,) ... and its flat index in (B * L)
     batch_shape: tuple[int, int]  # (B, L)
-    attention_mask: Tensor | None = None  # (R, 1, W, W) bool, True where a query may attend (shared prefixes)
+    # shared prefixes: the unit of each position (a padding position is a unit of its own) and its
+    # segment in the unit (0: the prefix, k: the k-th completion), (R, W) each; None for `pack`
+    unit_ids: Tensor | None = None
+    segment_ids: Tensor | None = None
 
     @property
     def rows(self) -> int:
         return self.input_ids.shape[0]
+
+    @property
+    def attention_mask(self) -> Tensor | None:
+        """(R, 1, W, W) bool, True where a query may attend (shared prefixes only), built where the ids are:
+        a key in the same unit, not after the query, and in the prefix or in the query's own segment."""
+        if self.unit_ids is None:
+            return None
+        unit, seg = self.unit_ids, self.segment_ids
+        cols = torch.arange(unit.shape[1], device=unit.device)
+        allowed = (
+            (unit[:, :, None] == unit[:, None, :])
+            & (cols[:, None] >= cols[None, :])
+            & ((seg[:, None, :] == 0) | (seg[:, :, None] == seg[:, None, :]))
+        )
+        return allowed[:, None]
 
     @property
     def saves_tokens(self) -> bool:
@@ -47,16 +65,16 @@ class Packing:
         return self.input_ids.numel() < self.batch_shape[0] * self.batch_shape[1]
 
     def to(self, device: torch.device) -> Packing:
-        mask = self.attention_mask.to(device) if self.attention_mask is not None else None
-        return Packing(self.input_ids.to(device), self.position_ids.to(device), self.src.to(device),
-                       self.dst.to(device), self.batch_shape, mask)  # fmt: skip
+        move = lambda t: t.to(device) if t is not None else None  # noqa: E731
+        return Packing(move(self.input_ids), move(self.position_ids), move(self.src), move(self.dst),
+                       self.batch_shape, move(self.unit_ids), move(self.segment_ids))  # fmt: skip
 
     def model_inputs(self, dtype: torch.dtype) -> dict[str, Tensor]:
         """Keyword arguments of the model's forward; a 4D mask goes in additive (0 or the dtype's minimum),
         which HF's eager and SDPA attention both take as given."""
         kw = {"input_ids": self.input_ids, "position_ids": self.position_ids}
-        if self.attention_mask is not None:
-            m = self.attention_mask
+        m = self.attention_mask
+        if m is not None:
             kw["attention_mask"] = torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill_(
                 ~m, torch.finfo(dtype).min
             )
@@ -146,16 +164,9 @@ def pack_shared(
             src += [*range(start, start + p), *range(at, end)]
             dst += range(i * length, i * length + lens[i])
             at = end
-    unit, seg = torch.tensor(unit).view(-1, width), torch.tensor(seg).view(-1, width)
-    cols = torch.arange(width)
-    allowed = (
-        (unit[:, :, None] == unit[:, None, :])
-        & (cols[:, None] >= cols[None, :])
-        & ((seg[:, None, :] == 0) | (seg[:, :, None] == seg[:, None, :]))
-    )
-    ids = torch.tensor(ids, dtype=input_ids.dtype).view(-1, width)
-    return Packing(ids, torch.tensor(pos).view(-1, width), torch.tensor(src), torch.tensor(dst), (b, length),
-                   allowed[:, None])  # fmt: skip
+    rows2d = lambda x, dtype=torch.long: torch.tensor(x, dtype=dtype).view(-1, width)  # noqa: E731
+    return Packing(rows2d(ids, input_ids.dtype), rows2d(pos), torch.tensor(src), torch.tensor(dst), (b, length),
+                   rows2d(unit), rows2d(seg))  # fmt: skip
 
 
 def _lengths(attention_mask: Tensor, caller: str) -> list[int]:
