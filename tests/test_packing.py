@@ -13,7 +13,7 @@ from test_learner import make_batch
 from schedrl.config import AlgoConfig, OptimConfig
 from schedrl.train.batch import collate, prompt_lengths
 from schedrl.train.learner import Learner, takes_4d_masks
-from schedrl.train.packing import pack, pack_shared
+from schedrl.train.packing import pack, pack_fewest, pack_shared
 
 
 def group_batch(n_prompts=4, g=6, seed=0):
@@ -254,3 +254,21 @@ def test_micro_batches_keep_a_group_together_and_count_its_prompt_once(default_m
     plain = Learner(default_model, OptimConfig(micro_batch_tokens=12, share_prompts=False), AlgoConfig(),
                     total_steps=1)  # fmt: skip
     assert [c.tolist() for c in plain._chunks(torch.arange(6), batch)] == [[0, 1], [2, 3], [4, 5]]
+
+
+def test_pack_fewest_shares_only_when_it_saves_tokens():
+    grouped = group_batch(seed=4)
+    chosen = pack_fewest(grouped.input_ids, grouped.attention_mask, prompt_lengths(grouped))
+    assert chosen.unit_ids is not None
+    assert chosen.input_ids.numel() == pack_shared(grouped.input_ids, grouped.attention_mask,
+                                                   prompt_lengths(grouped)).input_ids.numel()  # fmt: skip
+    # distinct prompts of 40, 30, 24 tokens: rows of 64 take [40 24] [30] (128); shared rows of 2 x 40
+    # take [40 30] [24] (160), so the plain layout is kept
+    lengths = [40, 30, 24]
+    ids = torch.zeros(3, 40, dtype=torch.long)
+    for r, n in enumerate(lengths):
+        ids[r, :n] = torch.arange(100 * (r + 1), 100 * (r + 1) + n)
+    mask = (ids != 0).long()
+    assert pack_shared(ids, mask, torch.tensor([5, 5, 5])).input_ids.numel() == 160
+    chosen = pack_fewest(ids, mask, torch.tensor([5, 5, 5]))
+    assert chosen.unit_ids is None and chosen.input_ids.shape == (2, 64)

@@ -22,7 +22,7 @@ from schedrl.algos.rover import vocab_mean_logp
 from schedrl.config import AlgoConfig, OptimConfig
 from schedrl.train.batch import TokenBatch, prompt_groups, prompt_lengths
 from schedrl.train.optimizer import adamw
-from schedrl.train.packing import Packing, pack, pack_shared
+from schedrl.train.packing import Packing, pack_fewest
 from schedrl.train.schedules import make_schedule
 from schedrl.train.value_head import ValueHead
 
@@ -175,12 +175,9 @@ class Learner:
         `share_prompts`; None when padding-free forwards are off or save no token."""
         if not self.padding_free:
             return None
-        ids, attn = batch.input_ids.cpu(), batch.attention_mask.cpu()
-        layouts = [pack(ids, attn)]
-        if self.share_prompts:
-            layouts.append(pack_shared(ids, attn, prompt_lengths(batch).cpu()))
-        best = min(layouts, key=lambda p: p.input_ids.numel())  # a tie keeps the plain one
-        return best.to(self.device) if best.saves_tokens else None
+        prefix_lens = prompt_lengths(batch).cpu() if self.share_prompts else None
+        packing = pack_fewest(batch.input_ids.cpu(), batch.attention_mask.cpu(), prefix_lens)
+        return packing.to(self.device) if packing.saves_tokens else None
 
     @torch.no_grad()
     def _check_packing(self, model, batch: TokenBatch, packing: Packing) -> Packing | None:
@@ -319,6 +316,8 @@ class Learner:
         forward, so little of it is padding), or real tokens when forwards are padding-free. When
         prompts are shared, a group's rows sit side by side (groups by their longest row) and its
         prompt counts once per micro-batch."""
+        if not self.cfg.micro_batch_tokens and len(rows) <= self.cfg.micro_batch_size:
+            return [rows]  # one forward, whatever the order
         lengths = batch.attention_mask[rows].sum(-1)
         width = dict(zip(rows.tolist(), lengths.tolist(), strict=True))
         if self.padding_free and self.share_prompts:

@@ -19,6 +19,7 @@ its gradient collects every row's share, as G separate copies would. On 1-digit 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -96,23 +97,8 @@ def pack(input_ids: Tensor, attention_mask: Tensor, pad_id: int = 0, width: int 
     `pad_id` fills the end of each row; those positions form a sequence of their own, so any
     token id works. CPU tensors in and out; `Packing.to` moves the result.
     """
-    b, length = input_ids.shape
     lens = _lengths(attention_mask, "pack")
-    width = _row_width(lens, width)
-    row, offset, used = _first_fit(lens, width)
-    src, dst, t = [], [], []
-    for i, n in enumerate(lens):
-        at = row[i] * width + offset[i]
-        src += range(at, at + n)
-        dst += range(i * length, i * length + n)
-        t += range(n)
-    src, dst, t = torch.tensor(src, dtype=torch.long), torch.tensor(dst, dtype=torch.long), torch.tensor(t)
-    cols, tail = torch.arange(width), torch.tensor(used)[:, None]
-    pos = torch.where(cols >= tail, cols - tail, 0).flatten()  # a row's padding is a sequence of its own
-    pos[src] = t
-    ids = torch.full((len(used) * width,), pad_id, dtype=input_ids.dtype)
-    ids[src] = input_ids.flatten()[dst]
-    return Packing(ids.view(-1, width), pos.view(-1, width), src, dst, (b, length))
+    return _build_plain(input_ids, lens, _plan(lens, width), pad_id)
 
 
 def pack_shared(
@@ -128,33 +114,103 @@ def pack_shared(
     its prefix and the earlier tokens of its own completion. A row's padding sees only itself.
     Any `prefix_lens` is exact (a shorter one shares less); each is clamped to [1, row length].
     """
-    b, length = input_ids.shape
     lens = _lengths(attention_mask, "pack_shared")
-    width = max(width, 2 * max(lens))
     rows_ids = input_ids.tolist()
+    units, plan = _plan_shared(rows_ids, lens, prefix_lens.tolist(), width)
+    return _build_shared(input_ids.shape, input_ids.dtype, rows_ids, lens, units, plan, pad_id)
+
+
+def pack_fewest(
+    input_ids: Tensor, attention_mask: Tensor, prefix_lens: Tensor | None = None, pad_id: int = 0,
+    width: int = PACK_WIDTH,
+) -> Packing:  # fmt: skip
+    """`pack`, or `pack_shared` when `prefix_lens` is given and its rows hold fewer tokens (distinct
+    prompts share nothing, and its wider rows can leave more padding). Only the chosen one is built."""
+    lens = _lengths(attention_mask, "pack")
+    plain = _plan(lens, width)
+    if prefix_lens is not None:
+        rows_ids = input_ids.tolist()
+        units, shared = _plan_shared(rows_ids, lens, prefix_lens.tolist(), width)
+        if shared.tokens < plain.tokens:
+            return _build_shared(input_ids.shape, input_ids.dtype, rows_ids, lens, units, shared, pad_id)
+    return _build_plain(input_ids, lens, plain, pad_id)
+
+
+class _Plan(NamedTuple):
+    """Items placed in rows of `width` tokens: each item's row and offset, and the tokens used per row."""
+
+    width: int
+    row: list[int]
+    offset: list[int]
+    used: list[int]
+
+    @property
+    def tokens(self) -> int:
+        return len(self.used) * self.width
+
+
+def _plan(sizes: list[int], width: int) -> _Plan:
+    """First-fit decreasing into rows of `width`, widened to the longest item, or narrowed to all items
+    together when they fit one row."""
+    width = max(min(width, sum(sizes)), *sizes)
+    row, offset, used = [0] * len(sizes), [0] * len(sizes), []
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        r = next((r for r, u in enumerate(used) if u + sizes[i] <= width), len(used))
+        if r == len(used):
+            used.append(0)
+        row[i], offset[i] = r, used[r]
+        used[r] += sizes[i]
+    return _Plan(width, row, offset, used)
+
+
+def _plan_shared(
+    rows_ids: list[list[int]], lens: list[int], prefix_lens: list[int], width: int
+) -> tuple[list[tuple[tuple[int, ...], list[int]]], _Plan]:
+    """The units of `pack_shared` (prefix, rows whose completions follow it) and their placement."""
+    width = max(width, 2 * max(lens))
     groups: dict[tuple[int, ...], list[int]] = {}
-    for i, p in enumerate(prefix_lens.tolist()):
+    for i, p in enumerate(prefix_lens):
         groups.setdefault(tuple(rows_ids[i][: min(max(int(p), 1), lens[i])]), []).append(i)
-    units: list[tuple[tuple[int, ...], list[int]]] = []  # (prefix, rows whose completions follow it)
+    units: list[tuple[tuple[int, ...], list[int]]] = []
+    sizes: list[int] = []
     for prefix, members in groups.items():
-        size = len(prefix)
         units.append((prefix, []))
+        sizes.append(len(prefix))
         for i in members:
             rest = lens[i] - len(prefix)
-            if units[-1][1] and size + rest > width:
+            if units[-1][1] and sizes[-1] + rest > width:
                 units.append((prefix, []))
-                size = len(prefix)
+                sizes.append(len(prefix))
             units[-1][1].append(i)
-            size += rest
-    sizes = [len(prefix) + sum(lens[i] - len(prefix) for i in members) for prefix, members in units]
-    width = _row_width(sizes, width)
-    row, offset, used = _first_fit(sizes, width)
-    n = len(used) * width
+            sizes[-1] += rest
+    return units, _plan(sizes, width)
+
+
+def _build_plain(input_ids: Tensor, lens: list[int], plan: _Plan, pad_id: int) -> Packing:
+    b, length = input_ids.shape
+    width = plan.width
+    src, dst, t = [], [], []
+    for i, n in enumerate(lens):
+        at = plan.row[i] * width + plan.offset[i]
+        src += range(at, at + n)
+        dst += range(i * length, i * length + n)
+        t += range(n)
+    src, dst, t = torch.tensor(src, dtype=torch.long), torch.tensor(dst, dtype=torch.long), torch.tensor(t)
+    cols, tail = torch.arange(width), torch.tensor(plan.used)[:, None]
+    pos = torch.where(cols >= tail, cols - tail, 0).flatten()  # a row's padding is a sequence of its own
+    pos[src] = t
+    ids = torch.full((plan.tokens,), pad_id, dtype=input_ids.dtype)
+    ids[src] = input_ids.flatten()[dst]
+    return Packing(ids.view(-1, width), pos.view(-1, width), src, dst, (b, length))
+
+
+def _build_shared(shape, dtype, rows_ids, lens, units, plan: _Plan, pad_id: int) -> Packing:
+    (b, length), width, n = shape, plan.width, plan.tokens
     ids, pos, seg = [pad_id] * n, [0] * n, [0] * n
     unit = list(range(-1, -1 - n, -1))  # padding: a unit of its own per position
     src, dst = [], []
     for u, (prefix, members) in enumerate(units):
-        start, p = row[u] * width + offset[u], len(prefix)
+        start, p = plan.row[u] * width + plan.offset[u], len(prefix)
         ids[start : start + p], pos[start : start + p], unit[start : start + p] = prefix, range(p), [u] * p
         at = start + p
         for k, i in enumerate(members, start=1):
@@ -164,8 +220,8 @@ def pack_shared(
             src += [*range(start, start + p), *range(at, end)]
             dst += range(i * length, i * length + lens[i])
             at = end
-    rows2d = lambda x, dtype=torch.long: torch.tensor(x, dtype=dtype).view(-1, width)  # noqa: E731
-    return Packing(rows2d(ids, input_ids.dtype), rows2d(pos), torch.tensor(src), torch.tensor(dst), (b, length),
+    rows2d = lambda x, dt=torch.long: torch.tensor(x, dtype=dt).view(-1, width)  # noqa: E731
+    return Packing(rows2d(ids, dtype), rows2d(pos), torch.tensor(src), torch.tensor(dst), (b, length),
                    rows2d(unit), rows2d(seg))  # fmt: skip
 
 
@@ -179,20 +235,3 @@ def _lengths(attention_mask: Tensor, caller: str) -> list[int]:
         raise ValueError(f"{caller}: attention_mask must be right-padded (each row: ones, then zeros); "
                          f"row {r} is {attention_mask[r].tolist()}")  # fmt: skip
     return lengths.tolist()
-
-
-def _row_width(sizes: list[int], width: int) -> int:
-    """`width`, widened to the longest item, or narrowed to all items together when they fit one row."""
-    return max(min(width, sum(sizes)), *sizes)
-
-
-def _first_fit(sizes: list[int], width: int) -> tuple[list[int], list[int], list[int]]:
-    """First-fit decreasing: each item's row and offset, and the tokens used per row."""
-    row, offset, used = [0] * len(sizes), [0] * len(sizes), []
-    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
-        r = next((r for r, u in enumerate(used) if u + sizes[i] <= width), len(used))
-        if r == len(used):
-            used.append(0)
-        row[i], offset[i] = r, used[r]
-        used[r] += sizes[i]
-    return row, offset, used
