@@ -11,11 +11,15 @@ such recomputation (`--trl-gradient-checkpointing` runs TRL's default instead). 
 model is evaluated by the same evaluator on the held-out split.
 
     pip install -e '.[bench]'
-    python bench/vs_trl.py --workloads addition  # schedrl's synchronous loop, 3 seeds, ~7 min
+    python bench/vs_trl.py                         # both workloads, 3 seeds each, ~45 min
+    python bench/vs_trl.py --workloads addition    # schedrl's synchronous loop, ~6 min
+    python bench/vs_trl.py --workloads longtail    # schedrl's best schedule, ~35 min
     python bench/vs_trl.py --workloads addition --seeds 1 --steps 20   # a quick look
-    python bench/vs_trl.py --workloads longtail --steps 300 --plot docs/vs_trl_longtail_async.png \
-        --schedrl-set pipeline.mode=async --schedrl-set pipeline.backend=threads \
-        --schedrl-set pipeline.max_staleness=4 --schedrl-set algo.correction=decoupled  # best schedule, ~35 min
+
+Each workload runs schedrl under its own schedule (`WORKLOADS[...]["schedule"]`, config overrides):
+addition on the synchronous loop, which its target is about; longtail on the best schedule so
+far (the asynchronous pipeline on threads, staleness bound 4, decoupled PPO). `--sync` runs the
+synchronous loop everywhere; `--schedrl-set KEY=VALUE` adds overrides to every workload.
 
 Time to target: the target reward of a workload is 0.9 x the lower of the two systems' final
 reward (mean of the last 20 steps, median over seeds), so both reach it in a typical seed; the
@@ -46,13 +50,15 @@ from schedrl.seeding import derive_seed
 from schedrl.train.run_dir import RunDir
 from schedrl.train.sft import sft_warmup
 
+BEST_SCHEDULE = ["pipeline.mode=async", "pipeline.backend=threads", "pipeline.max_staleness=4",
+                 "algo.correction=decoupled"]  # fmt: skip
 WORKLOADS = {
     "addition": {"task": {"name": "addition", "args": {"min_digits": 1, "max_digits": 1}}, "max_new_tokens": 8,
-                 "steps": 300, "sft_steps": 30},
+                 "steps": 300, "sft_steps": 30, "schedule": []},
     # 600 SFT steps (start reward ~0.21) and lr 1.5e-4: RL lifts the reward to ~0.27 in 150 steps. After
     # 200 SFT steps (~0.04) it stays flat at every lr tried (5e-5 .. 3e-4); at 3e-4 it falls from either start
-    "longtail": {"task": {"name": "longtail", "args": {}}, "max_new_tokens": 50, "steps": 150, "sft_steps": 600,
-                 "lr": 1.5e-4},
+    "longtail": {"task": {"name": "longtail", "args": {}}, "max_new_tokens": 50, "steps": 300, "sft_steps": 600,
+                 "lr": 1.5e-4, "schedule": BEST_SCHEDULE},
 }  # fmt: skip
 G, PROMPTS, LR, TEMPERATURE = 8, 16, 3e-4, 1.0
 WINDOW = 20
@@ -216,11 +222,13 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=None, help="override the steps of every workload")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--plot", default="docs/vs_trl.png")
+    ap.add_argument("--plot", default="docs/vs_trl_{workload}.png",
+                    help="PNG path; with {workload}, one plot per workload, else one plot of all")
     ap.add_argument("--trl-gradient-checkpointing", action="store_true",
                     help="TRL's default: recompute activations in the backward (schedrl does not)")
+    ap.add_argument("--sync", action="store_true", help="schedrl's synchronous loop on every workload")
     ap.add_argument("--schedrl-set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override schedrl's config, e.g. pipeline.mode=async (a schedule to compare)")
+                    help="override schedrl's config on every workload, after the workload's schedule")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from transformers.utils import logging as hf_logging
@@ -231,6 +239,7 @@ def main() -> None:
     for name in args.workloads:
         workload = WORKLOADS[name]
         steps = args.steps or workload["steps"]
+        overrides = ([] if args.sync else workload["schedule"]) + args.schedrl_set
         results[name] = {"trl": [], "schedrl": []}
         for seed in range(args.seeds):
             work = Path(tempfile.mkdtemp(prefix=f"vs_trl_{name}_{seed}_"))
@@ -240,7 +249,7 @@ def main() -> None:
                 if system == "trl":
                     out = run_trl(start, workload, seed, steps, work, args.trl_gradient_checkpointing)
                 else:
-                    out = run_schedrl(start, workload, seed, steps, work, args.schedrl_set)
+                    out = run_schedrl(start, workload, seed, steps, work, overrides)
                 summary = summarize(out, workload, seed)
                 results[name][system].append(summary)
                 print(f"{name} seed {seed} {system:8s} {summary['steps_per_s']:.2f} steps/s "
@@ -254,6 +263,7 @@ def main() -> None:
         ]
         ratio_time = time_ratios(per["trl"], per["schedrl"], target)
         report[name] = {
+            "schedrl_overrides": overrides,
             "target_reward": round(target, 3),
             # per seed: wall-clock to the target, and to the end of the first step (start-up included)
             **{f"{sys_}_time_to_target_s": [round(time_to(s, target), 1) for s in per[sys_]] for sys_ in per},
@@ -269,8 +279,14 @@ def main() -> None:
                                          "eval_greedy")},
         }  # fmt: skip
         print(json.dumps({name: report[name]}), flush=True)
-    plot(results, Path(args.plot))
-    out = {"workloads": report, "plot": args.plot, "trl_gradient_checkpointing": args.trl_gradient_checkpointing}
+    if "{workload}" in args.plot:
+        plots = [args.plot.format(workload=name) for name in results]
+        for name, path in zip(results, plots, strict=True):
+            plot({name: results[name]}, Path(path))
+    else:
+        plots = [args.plot]
+        plot(results, Path(args.plot))
+    out = {"workloads": report, "plots": plots, "trl_gradient_checkpointing": args.trl_gradient_checkpointing}
     if "addition" in report:
         out["sync_vs_trl_steps_per_s"] = report["addition"]["schedrl_vs_trl_steps_per_s"]
     if "longtail" in report:
