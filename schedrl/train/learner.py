@@ -199,7 +199,7 @@ class Learner:
         tol = 1e-3 if self.device.type == "cpu" else 5e-2  # bf16 autocast on accelerators
         if diff <= tol:
             return packing
-        if packing.attention_mask is not None:
+        if packing.unit_ids is not None:  # the shared layout
             self.share_prompts = False
             log.warning("the shared-prompt forward differs from the padded one by %.3g log-prob on this model: "
                         "prompt sharing is off for this run (optim.share_prompts)", diff)  # fmt: skip
