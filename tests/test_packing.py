@@ -80,29 +80,39 @@ def test_packed_forward_equals_padded_forward_values_and_gradients(default_model
     assert (leaky[real] - padded[real]).abs().max() > 1e-2
 
 
+def update_with_and_without(default_model, algo, batch, adv, flag):
+    """One learner update from `default_model` with OptimConfig `flag` on and off: {on: (params, stats, learner)}."""
+    out = {}
+    for on in (True, False):
+        model = copy.deepcopy(default_model)
+        learner = Learner(model, OptimConfig(**{flag: on}, micro_batch_tokens=0), algo, total_steps=2)
+        stats = learner.update(batch, adv, 0)
+        out[on] = torch.nn.utils.parameters_to_vector(model.parameters()).detach(), stats, learner
+    torch.testing.assert_close(out[True][0], out[False][0], atol=2e-5, rtol=0)
+    assert out[True][1]["loss"] == pytest.approx(out[False][1]["loss"], abs=1e-5)
+    return out
+
+
 @pytest.mark.parametrize("algo", [AlgoConfig(), AlgoConfig(name="ppo")])
 def test_learner_update_is_the_same_with_and_without_packing(default_model, algo):
     batch, adv = make_batch(n=16, seed=1)
     adv = torch.rand(16) if algo.name == "ppo" else adv  # PPO reads the rewards
-    out = {}
-    for free in (True, False):
-        model = copy.deepcopy(default_model)
-        learner = Learner(model, OptimConfig(padding_free=free, micro_batch_tokens=0), algo, total_steps=2)
-        stats = learner.update(batch, adv, 0)
-        out[free] = torch.nn.utils.parameters_to_vector(model.parameters()).detach(), stats, learner
+    out = update_with_and_without(default_model, algo, batch, adv, "padding_free")
     assert out[True][2].padding_free and out[True][2]._packing_checked
     before = torch.nn.utils.parameters_to_vector(default_model.parameters()).detach()
     assert (out[False][0] - before).abs().max() > 1e-4  # one Adam step moves weights by ~lr = 3e-4
-    torch.testing.assert_close(out[True][0], out[False][0], atol=2e-5, rtol=0)
-    assert out[True][1]["loss"] == pytest.approx(out[False][1]["loss"], abs=1e-5)
 
 
-class IgnoresPositions(torch.nn.Module):
-    """A causal LM that numbers positions itself: packed sequences would see each other."""
+class Wrapped(torch.nn.Module):
+    """A causal LM around `inner`, whose forward changes what reaches it."""
 
     def __init__(self, inner):
         super().__init__()
         self.inner, self.config = inner, inner.config
+
+
+class IgnoresPositions(Wrapped):
+    """A causal LM that numbers positions itself: packed sequences would see each other."""
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, **kw):
         return self.inner(input_ids=input_ids, attention_mask=attention_mask, **kw)
@@ -174,24 +184,14 @@ def test_shared_forward_equals_padded_forward_values_and_gradients(default_model
 @pytest.mark.parametrize("algo", [AlgoConfig(), AlgoConfig(name="ppo")])  # PPO: the value head reads hidden states
 def test_learner_update_is_the_same_with_and_without_shared_prompts(default_model, algo):
     batch, adv = group_batch(seed=5), torch.rand(24, generator=torch.Generator().manual_seed(5))
-    out = {}
-    for share in (True, False):
-        model = copy.deepcopy(default_model)
-        learner = Learner(model, OptimConfig(share_prompts=share, micro_batch_tokens=0), algo, total_steps=2)
-        stats = learner.update(batch, adv, 0)
-        out[share] = torch.nn.utils.parameters_to_vector(model.parameters()).detach(), stats
+    out = update_with_and_without(default_model, algo, batch, adv, "share_prompts")
+    for share, (_, _, learner) in out.items():
         layout = learner._packing(batch)
-        assert learner.share_prompts == share and (layout is not None and layout.attention_mask is not None) == share
-    torch.testing.assert_close(out[True][0], out[False][0], atol=2e-5, rtol=0)
-    assert out[True][1]["loss"] == pytest.approx(out[False][1]["loss"], abs=1e-5)
+        assert learner.share_prompts == share and (layout is not None and layout.unit_ids is not None) == share
 
 
-class Drops4DMasks(torch.nn.Module):
+class Drops4DMasks(Wrapped):
     """A causal LM whose kernel takes no custom mask (as flash attention): shared prompts would leak."""
-
-    def __init__(self, inner):
-        super().__init__()
-        self.inner, self.config = inner, inner.config
 
     def forward(self, input_ids, attention_mask=None, **kw):
         keep = attention_mask is not None and attention_mask.dim() == 2

@@ -126,7 +126,7 @@ def pack_fewest(
 ) -> Packing:  # fmt: skip
     """`pack`, or `pack_shared` when `prefix_lens` is given and its rows hold fewer tokens (distinct
     prompts share nothing, and its wider rows can leave more padding). Only the chosen one is built."""
-    lens = _lengths(attention_mask, "pack")
+    lens = _lengths(attention_mask, "pack_fewest")
     plain = _plan(lens, width)
     if prefix_lens is not None:
         rows_ids = input_ids.tolist()
