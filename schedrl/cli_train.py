@@ -105,9 +105,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         config = RunDir.open(args.resume).config_path
     cfg = load_config(config, args.set)
+    start = time.perf_counter()
     result = _train(cfg, args.resume)
     console.print(_eval_table(result["eval_before"], result["eval_after"]))
     console.print(f"reward curve: {result['plot']}")
+    summary = {"steps": cfg.steps, "mode": cfg.pipeline.mode, "eval_before": result["eval_before"],
+               "eval_after": result["eval_after"], "seconds": round(time.perf_counter() - start, 1),
+               "run_dir": result["run_dir"]}  # fmt: skip
+    print(json.dumps(summary))
     return 0
 
 

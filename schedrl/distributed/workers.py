@@ -110,6 +110,7 @@ class LearnerWorker:
 
     def update(self, payload: dict, step: int) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
         """One optimizer step on `payload` (see `schedrl.orchestrate.pipeline.learner_payload`)."""
+        start = time.perf_counter()
         with self.timeline.span("train"):
             batch = collate(payload["prompt_ids"], payload["token_ids"], self.tokenizer.pad_token_id,
                             payload["logprobs"], payload["versions"])  # fmt: skip
@@ -120,7 +121,7 @@ class LearnerWorker:
             stats = self.learner.update(batch, torch.tensor(payload["advantages"]), step, version=step)
         with self.timeline.span("weight-sync"):
             weights = cpu_weights(self.model)
-        return stats, weights
+        return {**stats, "train_s": time.perf_counter() - start}, weights
 
     def save_checkpoint(self, step: int, state: dict) -> str:
         path = save_checkpoint(self.root / "checkpoints", step, self.model, self.tokenizer,

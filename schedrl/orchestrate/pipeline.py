@@ -38,7 +38,8 @@ from schedrl.distributed.workers import cpu_weights
 from schedrl.orchestrate.buffer import Group
 from schedrl.orchestrate.build import Components
 from schedrl.orchestrate.staleness import AutoStaleness, StalenessBound, expected_update
-from schedrl.orchestrate.sync import rollout_metrics, run_eval, sampling_params
+from schedrl.orchestrate.step_metrics import rollout_metrics, timing_metrics
+from schedrl.orchestrate.sync import run_eval, sampling_params
 from schedrl.rollout import group_index, group_requests
 from schedrl.timeline import TIMELINE_FILE, append_spans
 from schedrl.train.checkpoint import latest_checkpoint
@@ -354,7 +355,9 @@ class Pipeline:
         if "behaviour_kl" in stats:
             self.bound.observe(stats["behaviour_kl"])
         now = time.perf_counter()
-        metrics = {**self.batch_metrics.pop(0), **stats, "step_s": now - self.last_done_t,
+        batch = self.batch_metrics.pop(0)
+        metrics = {**batch, **stats, "reward_errors": float(self.c.scorer.errors),
+                   **timing_metrics(batch["gen_tokens"], now - self.last_done_t, stats.pop("train_s")),
                    "engine_restarts": float(self.engine_restarts)}  # fmt: skip
         self.last_done_t = now
         self._after_update(self.version, metrics)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 
@@ -17,6 +17,7 @@ from schedrl.config import RunConfig
 from schedrl.data import scored_groups
 from schedrl.orchestrate.build import Components, build, save_ref_model
 from schedrl.orchestrate.evaluate import evaluate
+from schedrl.orchestrate.step_metrics import rollout_metrics, timing_metrics
 from schedrl.rollout import group_index, group_requests
 from schedrl.seeding import derive_seed
 from schedrl.timeline import TIMELINE_FILE, Recorder, append_spans
@@ -24,7 +25,7 @@ from schedrl.train.batch import collate
 from schedrl.train.checkpoint import save_checkpoint
 from schedrl.train.run_dir import RunDir, plot_reward_curve, read_metrics
 from schedrl.train.sft import sft_warmup
-from schedrl.types import Sample, SamplingParams
+from schedrl.types import SamplingParams
 
 log = logging.getLogger(__name__)
 StepCallback = Callable[[int, dict[str, float]], None]
@@ -50,33 +51,14 @@ def rl_step(c: Components, step: int) -> dict[str, float]:
     stats = c.learner.update(batch, adv, step)
     c.engine.update_weights(c.model.state_dict(), version=step + 1)
     t_end = time.perf_counter()
-    return {**rollout_metrics(samples, rewards, groups), **rollout_stats, **stats,
-            "reward_errors": float(c.scorer.errors),
-            "gen_s": t_gen - t0, "train_s": t_end - t_gen, "step_s": t_end - t0,
-            "tokens_per_s": sum(s.num_tokens for s in samples) / (t_end - t0)}  # fmt: skip
+    metrics = rollout_metrics(samples, rewards, groups)
+    return {**metrics, **rollout_stats, **stats, "reward_errors": float(c.scorer.errors), "gen_s": t_gen - t0,
+            **timing_metrics(metrics["gen_tokens"], t_end - t0, t_end - t_gen)}  # fmt: skip
 
 
 def sampling_params(cfg: RunConfig) -> SamplingParams:
     s = cfg.sampling
     return SamplingParams(s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
-
-
-def rollout_metrics(
-    samples: Sequence[Sample], rewards: torch.Tensor, groups: torch.Tensor
-) -> dict[str, float]:
-    n_groups = int(groups.max()) + 1
-    spread = torch.zeros(n_groups).scatter_reduce(0, groups, rewards, "amax", include_self=False)
-    spread -= torch.zeros(n_groups).scatter_reduce(0, groups, rewards, "amin", include_self=False)
-    lengths = torch.tensor([s.num_tokens for s in samples], dtype=torch.float)
-    return {
-        "reward_mean": float(rewards.mean()),
-        "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
-        "solved_frac": float((rewards >= 1).float().mean()),
-        "zero_adv_group_frac": float((spread == 0).float().mean()),
-        "completion_len_mean": float(lengths.mean()),
-        "truncated_frac": sum(s.finish_reason == "length" for s in samples) / len(samples),
-        "gen_tokens": float(lengths.sum()),
-    }
 
 
 def run_eval(c: Components) -> dict[str, float]:
