@@ -38,21 +38,51 @@ MODES = {
     "k1": {"mode": "async", "max_staleness": 1},
     "k2": {"mode": "async", "max_staleness": 2},
     "auto": {"mode": "async", "max_staleness": "auto", "staleness_max": 3},
-    "inflight": {"mode": "async", "max_staleness": 1, "inflight_weight_updates": True},
-    "partial": {"mode": "async", "max_staleness": 1, "partial_rollouts": True, "overprovision": 1.5,
-                "stale": "mask"},
-    "combined": {"mode": "async", "max_staleness": 2, "inflight_weight_updates": True, "partial_rollouts": True,
-                 "overprovision": 1.5, "stale": "mask"},
+    "inflight": {"mode": "async", "max_staleness": 1, "weight_sync": "inflight"},
+    "partial": {
+        "mode": "async",
+        "max_staleness": 1,
+        "consumption": "partial",
+        "weight_sync": "cut_resume",
+        "overprovision": 1.5,
+        "stale": "mask",
+    },
+    "combined": {
+        "mode": "async",
+        "max_staleness": 2,
+        "weight_sync": "inflight",
+        "consumption": "partial",
+        "overprovision": 1.5,
+        "stale": "mask",
+    },
     "k4": {"mode": "async", "max_staleness": 4},
-    "combined-k4": {"mode": "async", "max_staleness": 4, "inflight_weight_updates": True, "partial_rollouts": True,
-                    "overprovision": 1.5, "stale": "mask"},
+    "combined-k4": {
+        "mode": "async",
+        "max_staleness": 4,
+        "weight_sync": "inflight",
+        "consumption": "partial",
+        "overprovision": 1.5,
+        "stale": "mask",
+    },
     "k0-2e": {"mode": "async", "num_engines": 2, "learner_cpus": 2},
-    "k1-2e": {"mode": "async", "max_staleness": 1, "num_engines": 2, "learner_cpus": 2,
-              "inflight_weight_updates": True},
+    "k1-2e": {
+        "mode": "async",
+        "max_staleness": 1,
+        "num_engines": 2,
+        "learner_cpus": 2,
+        "weight_sync": "inflight",
+    },
     "k2-2e": {"mode": "async", "max_staleness": 2, "num_engines": 2},
-    "combined-2e": {"mode": "async", "max_staleness": 2, "inflight_weight_updates": True, "partial_rollouts": True,
-                    "overprovision": 1.5, "stale": "mask", "num_engines": 2},
-}  # fmt: skip
+    "combined-2e": {
+        "mode": "async",
+        "max_staleness": 2,
+        "weight_sync": "inflight",
+        "consumption": "partial",
+        "overprovision": 1.5,
+        "stale": "mask",
+        "num_engines": 2,
+    },
+}
 SKIP, WINDOW, TAIL = 2, 10, 20
 CORES = 2
 DEFAULT_MODES = ["sync", "k0", "k1", "k2", "auto", "inflight", "partial", "combined"]
@@ -60,13 +90,24 @@ DEFAULT_MODES = ["sync", "k0", "k1", "k2", "auto", "inflight", "partial", "combi
 
 def recipe(args, model_path: str, out: str, name: str, pipeline: dict) -> dict:
     return {
-        "seed": args.seed, "steps": args.steps, "save_every": 0, "out_dir": out, "name": name,
-        "min_start_reward": 0.0, "model": {"path": model_path},
-        "task": {"name": "longtail", "args": {}}, "sft": {"steps": 0},
+        "seed": args.seed,
+        "steps": args.steps,
+        "save_every": 0,
+        "out_dir": out,
+        "name": name,
+        "min_start_reward": 0.0,
+        "model": {"path": model_path},
+        "task": {"name": "longtail", "args": {}},
+        "sft": {"steps": 0},
         "sampling": {"prompts_per_step": 16, "group_size": 8, "max_new_tokens": 50, "temperature": 1.0},
-        "algo": {"clip_eps_high": 0.28, "correction": "decoupled" if pipeline.get("mode") == "async" else "none"},
-        "optim": {"lr": 3e-4}, "eval": {"tasks": 0}, "pipeline": pipeline,
-    }  # fmt: skip
+        "algo": {
+            "clip_eps_high": 0.28,
+            "correction": "decoupled" if pipeline.get("mode") == "async" else "none",
+        },
+        "optim": {"lr": 3e-4},
+        "eval": {"tasks": 0},
+        "pipeline": pipeline,
+    }
 
 
 def warm_start(steps: int, seed: int, out: Path) -> str:
@@ -102,7 +143,9 @@ def one_run(args, mode: str, model_path: str, out: str, rnd: int) -> dict:
         "elapsed": [sum(step_s[: i + 1]) for i in range(len(step_s))],
         "final_reward": statistics.mean(rewards[-TAIL:]),
         "learner_idle": idle.get("learner", idle.get("trainer", {})).get("idle_frac", 0.0),
-        "engine_idle": statistics.mean(v["idle_frac"] for k, v in idle.items() if k.startswith(("engine", "trainer"))),
+        "engine_idle": statistics.mean(
+            v["idle_frac"] for k, v in idle.items() if k.startswith(("engine", "trainer"))
+        ),
         "learner_idle_active": idle.get("learner", idle.get("trainer", {})).get("active_idle_frac", 0.0),
         "staleness_mean": statistics.mean(r.get("staleness_mean", 0.0) for r in rows),
         # CPU work per step: every worker's busy seconds (one thread each in the asynchronous modes)
@@ -129,7 +172,9 @@ def time_to(run: dict, target: float) -> float | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--sft-steps", type=int, default=100)
@@ -153,10 +198,13 @@ def main() -> None:
                 t = time.perf_counter()
                 results[mode].append(one_run(args, mode, model_path, tmp, rnd))
                 r = results[mode][-1]
-                print(f"round {rnd} {mode:<9} {r['steps_per_s']:.2f} steps/s  final reward {r['final_reward']:.3f}  "
-                      f"learner idle {r['learner_idle']:.1%} (active {r['learner_idle_active']:.1%})  "
-                      f"engine idle {r['engine_idle']:.1%}  "
-                      f"({time.perf_counter() - t:.0f} s)", flush=True)  # fmt: skip
+                print(
+                    f"round {rnd} {mode:<9} {r['steps_per_s']:.2f} steps/s  final reward {r['final_reward']:.3f}  "
+                    f"learner idle {r['learner_idle']:.1%} (active {r['learner_idle_active']:.1%})  "
+                    f"engine idle {r['engine_idle']:.1%}  "
+                    f"({time.perf_counter() - t:.0f} s)",
+                    flush=True,
+                )
     ray.shutdown()
     med = lambda xs: statistics.median(xs)  # noqa: E731
     target = 0.95 * med([r["final_reward"] for r in results["sync"]])
@@ -165,7 +213,9 @@ def main() -> None:
         ttt = [time_to(r, target) for r in runs]
         table[mode] = {
             "steps_per_s": med([r["steps_per_s"] for r in runs]),
-            "time_to_target_s": med([t for t in ttt if t is not None]) if any(t is not None for t in ttt) else None,
+            "time_to_target_s": med([t for t in ttt if t is not None])
+            if any(t is not None for t in ttt)
+            else None,
             "final_reward": med([r["final_reward"] for r in runs]),
             "learner_idle": med([r["learner_idle"] for r in runs]),
             "engine_idle": med([r["engine_idle"] for r in runs]),
@@ -175,26 +225,36 @@ def main() -> None:
         }
     sync = table["sync"]
     for mode, t in table.items():  # the most any schedule of this work could give on the cores at hand
-        t["ceiling_vs_sync"] = (1 / sync["steps_per_s"]) / (t["core_s_per_step"] / CORES) if pinned(mode) else None
-    print(f"\n{'mode':<9} {'steps/s':>8} {'vs sync':>8} {'to target s':>12} {'final R':>8} {'learner idle':>13} {'(active)':>9} "
-          f"{'engine idle':>12} {'staleness':>10} {'ceiling':>8}")  # fmt: skip
+        t["ceiling_vs_sync"] = (
+            (1 / sync["steps_per_s"]) / (t["core_s_per_step"] / CORES) if pinned(mode) else None
+        )
+    print(
+        f"\n{'mode':<9} {'steps/s':>8} {'vs sync':>8} {'to target s':>12} {'final R':>8} {'learner idle':>13} {'(active)':>9} "
+        f"{'engine idle':>12} {'staleness':>10} {'ceiling':>8}"
+    )
     for mode, t in table.items():
         ttt = f"{t['time_to_target_s']:.1f}" if t["time_to_target_s"] is not None else "never"
-        print(f"{mode:<9} {t['steps_per_s']:>8.2f} {t['steps_per_s'] / sync['steps_per_s']:>7.2f}x {ttt:>12} "
-              f"{t['final_reward']:>8.3f} {t['learner_idle']:>13.1%} {t['learner_idle_active']:>9.1%} "
-              f"{t['engine_idle']:>12.1%} "
-              f"{t['staleness_mean']:>10.2f} {ceiling(t):>8}")  # fmt: skip
+        print(
+            f"{mode:<9} {t['steps_per_s']:>8.2f} {t['steps_per_s'] / sync['steps_per_s']:>7.2f}x {ttt:>12} "
+            f"{t['final_reward']:>8.3f} {t['learner_idle']:>13.1%} {t['learner_idle_active']:>9.1%} "
+            f"{t['engine_idle']:>12.1%} "
+            f"{t['staleness_mean']:>10.2f} {ceiling(t):>8}"
+        )
     asyncs = {m: t for m, t in table.items() if m != "sync"}
     best = max(asyncs, key=lambda m: asyncs[m]["steps_per_s"]) if asyncs else "sync"
-    print(json.dumps({
-        "best_async_mode": best,
-        "best_async_speedup": table[best]["steps_per_s"] / sync["steps_per_s"],
-        "reward_gap": sync["final_reward"] - table[best]["final_reward"],
-        "learner_idle": table[best]["learner_idle"],
-        "learner_idle_active": table[best]["learner_idle_active"],
-        "target_reward": target,
-        "modes": table,
-    }))
+    print(
+        json.dumps(
+            {
+                "best_async_mode": best,
+                "best_async_speedup": table[best]["steps_per_s"] / sync["steps_per_s"],
+                "reward_gap": sync["final_reward"] - table[best]["final_reward"],
+                "learner_idle": table[best]["learner_idle"],
+                "learner_idle_active": table[best]["learner_idle_active"],
+                "target_reward": target,
+                "modes": table,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -74,13 +74,24 @@ def run_one(scheduler: str, seed: int, start: str, steps: int, eval_every: int, 
     from schedrl.orchestrate.sync import train
     from schedrl.train.run_dir import RunDir
 
-    cfg = config_from_dict({
-        "seed": seed, "steps": steps, "save_every": 0, "out_dir": work, "name": f"{scheduler}-{seed}",
-        "min_start_reward": 0.0, "model": {"path": start}, "task": {"name": "tiered"},
-        "sampling": {"prompts_per_step": PROMPTS, "group_size": G, "max_new_tokens": MAX_NEW},
-        "algo": {"clip_eps_high": 0.28}, "optim": {"lr": LR}, "sft": {"steps": 0},
-        "eval": {"tasks": EVAL_TASKS, "k": EVAL_K, "every": eval_every}, "data": {"scheduler": scheduler},
-    })  # fmt: skip
+    cfg = config_from_dict(
+        {
+            "seed": seed,
+            "steps": steps,
+            "save_every": 0,
+            "out_dir": work,
+            "name": f"{scheduler}-{seed}",
+            "min_start_reward": 0.0,
+            "model": {"path": start},
+            "task": {"name": "tiered"},
+            "sampling": {"prompts_per_step": PROMPTS, "group_size": G, "max_new_tokens": MAX_NEW},
+            "algo": {"clip_eps_high": 0.28},
+            "optim": {"lr": LR},
+            "sft": {"steps": 0},
+            "eval": {"tasks": EVAL_TASKS, "k": EVAL_K, "every": eval_every},
+            "data": {"scheduler": scheduler},
+        }
+    )
     tokens, seconds, curve = [0.0], [0.0], []
 
     def on_step(step: int, m: dict) -> None:
@@ -139,14 +150,20 @@ def summarize(runs: list[dict], schedulers: list[str]) -> dict:
 
 
 def print_table(summary: dict, n_seeds: int) -> None:
-    print(f"\nstart pass@1 {summary['start_acc']:.3f}, uniform final {summary['uniform_final']:.3f}, "
-          f"target {summary['target']:.3f} (medians over {n_seeds} seeds)")  # fmt: skip
-    print(f"{'scheduler':<20}{'tokens->target':>16}{'train s->target':>17}{'savings':>9}{'final':>8}{'gap':>8}"
-          f"{'reached':>9}{'tokens total':>14}{'per-seed savings':>18}")  # fmt: skip
+    print(
+        f"\nstart pass@1 {summary['start_acc']:.3f}, uniform final {summary['uniform_final']:.3f}, "
+        f"target {summary['target']:.3f} (medians over {n_seeds} seeds)"
+    )
+    print(
+        f"{'scheduler':<20}{'tokens->target':>16}{'train s->target':>17}{'savings':>9}{'final':>8}{'gap':>8}"
+        f"{'reached':>9}{'tokens total':>14}{'per-seed savings':>18}"
+    )
     for s, r in summary["table"].items():
-        print(f"{s:<20}{r['tokens_to_target']:>16,.0f}{r['train_s_to_target']:>17.1f}{r['token_savings']:>9.2f}"
-              f"{r['final_acc']:>8.3f}{r['final_acc_gap']:>+8.3f}{r['reached']:>6}/{n_seeds}"
-              f"{r['tokens_total']:>14,.0f}{r['seed_target_savings']:>18.2f}")  # fmt: skip
+        print(
+            f"{s:<20}{r['tokens_to_target']:>16,.0f}{r['train_s_to_target']:>17.1f}{r['token_savings']:>9.2f}"
+            f"{r['final_acc']:>8.3f}{r['final_acc_gap']:>+8.3f}{r['reached']:>6}/{n_seeds}"
+            f"{r['tokens_total']:>14,.0f}{r['seed_target_savings']:>18.2f}"
+        )
 
 
 def main() -> None:
@@ -173,14 +190,19 @@ def main() -> None:
         built = pool.map(sft_start, args.seeds, [args.sft_steps] * len(paths), paths)
         starts = dict(zip(args.seeds, built, strict=True))
         jobs = [(s, seed) for seed in args.seeds for s in schedulers]
-        futures = [pool.submit(run_one, s, seed, str(starts[seed]), args.steps, args.eval_every, tmp)
-                   for s, seed in jobs]  # fmt: skip
+        futures = [
+            pool.submit(run_one, s, seed, str(starts[seed]), args.steps, args.eval_every, tmp)
+            for s, seed in jobs
+        ]
         runs = []
         for f in futures:
             runs.append(f.result())
             r = runs[-1]
-            print(f"{r['scheduler']:<20} seed {r['seed']}  final {final_acc(r['curve']):.3f}  "
-                  f"tokens {r['curve'][-1][1]:>9,.0f}  {r['wall_s']:.0f}s", flush=True)  # fmt: skip
+            print(
+                f"{r['scheduler']:<20} seed {r['seed']}  final {final_acc(r['curve']):.3f}  "
+                f"tokens {r['curve'][-1][1]:>9,.0f}  {r['wall_s']:.0f}s",
+                flush=True,
+            )
     report(runs, args.seeds, args.steps, args.json, t0)
 
 
@@ -194,16 +216,27 @@ def report(runs: list[dict], seeds: list[int], steps: int, json_path: str | None
     best = max(others, key=lambda s: others[s]["token_savings"])
     worst = min(others, key=lambda s: others[s]["final_acc_gap"])
     below = sorted(s for s, r in others.items() if r["final_acc_gap"] < -0.02)
-    print(json.dumps({
-        "token_savings_best": round(others[best]["token_savings"], 3), "best_scheduler": best,
-        "worst_final_acc_gap": round(others[worst]["final_acc_gap"], 4), "worst_scheduler": worst,
-        "below_uniform_by_more_than_0.02": below, "target_acc": round(summary["target"], 4),
-        "uniform_final_acc": round(summary["uniform_final"], 4), "seeds": seeds, "steps": steps,
-        "token_savings": {s: round(r["token_savings"], 3) for s, r in others.items()},
-        "final_acc_gap": {s: round(r["final_acc_gap"], 4) for s, r in others.items()},
-        "token_savings_per_seed_target": {s: round(r["seed_target_savings"], 3) for s, r in others.items()},
-        "wall_s": round(time.perf_counter() - t0, 1),
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "token_savings_best": round(others[best]["token_savings"], 3),
+                "best_scheduler": best,
+                "worst_final_acc_gap": round(others[worst]["final_acc_gap"], 4),
+                "worst_scheduler": worst,
+                "below_uniform_by_more_than_0.02": below,
+                "target_acc": round(summary["target"], 4),
+                "uniform_final_acc": round(summary["uniform_final"], 4),
+                "seeds": seeds,
+                "steps": steps,
+                "token_savings": {s: round(r["token_savings"], 3) for s, r in others.items()},
+                "final_acc_gap": {s: round(r["final_acc_gap"], 4) for s, r in others.items()},
+                "token_savings_per_seed_target": {
+                    s: round(r["seed_target_savings"], 3) for s, r in others.items()
+                },
+                "wall_s": round(time.perf_counter() - t0, 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

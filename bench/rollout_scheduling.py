@@ -99,14 +99,28 @@ def run_plain(engine, reqs, on_step=None) -> dict:
 def run_spec(engine, model, draft_model, store, reqs, seed) -> dict:
     """Verify every request's draft (one forward of the current policy), then let the engine continue the rest."""
     steps, t0 = engine.num_steps, time.perf_counter()
-    items, stats = verify_drafts(model, reqs, [store.get(r) for r in reqs], eos_ids=engine.eos_ids,
-                                 tokenizer=engine.tokenizer, draft_model=draft_model, version=1, seed=seed)  # fmt: skip
+    items, stats = verify_drafts(
+        model,
+        reqs,
+        [store.get(r) for r in reqs],
+        eos_ids=engine.eos_ids,
+        tokenizer=engine.tokenizer,
+        draft_model=draft_model,
+        version=1,
+        seed=seed,
+    )
     t_verify = time.perf_counter() - t0
     done = {s.request_id: s for s in engine.generate([x for x in items if isinstance(x, Request)])}
     out = [x if isinstance(x, Sample) else done[x.id] for x in items]
     lat = [t_verify if isinstance(x, Sample) else done[x.id].timings.finished - t0 for x in items]
-    return {"samples": out, "secs": time.perf_counter() - t0, "lat": lat, "steps": engine.num_steps - steps,
-            "spec": stats, "verify_s": t_verify}  # fmt: skip
+    return {
+        "samples": out,
+        "secs": time.perf_counter() - t0,
+        "lat": lat,
+        "steps": engine.num_steps - steps,
+        "spec": stats,
+        "verify_s": t_verify,
+    }
 
 
 def run_prune(engine, reqs, head, reward, cfg) -> dict:
@@ -119,8 +133,12 @@ def run_prune(engine, reqs, head, reward, cfg) -> dict:
 def run_two(engines, parts) -> dict:
     """Two engines, run one after the other here; as separate workers the step ends with the slower."""
     runs = [run_plain(e, p) for e, p in zip(engines, parts, strict=True)]
-    return {"samples": [s for r in runs for s in r["samples"]], "secs": max(r["secs"] for r in runs),
-            "lat": [x for r in runs for x in r["lat"]], "steps": max(r["steps"] for r in runs)}  # fmt: skip
+    return {
+        "samples": [s for r in runs for s in r["samples"]],
+        "secs": max(r["secs"] for r in runs),
+        "lat": [x for r in runs for x in r["lat"]],
+        "steps": max(r["steps"] for r in runs),
+    }
 
 
 def policy_drift(v0, v1, samples) -> float:
@@ -223,8 +241,13 @@ def main() -> None:
     head = SuccessHead()
     prune_cfg = PruneConfig(keep=args.keep, success_frac=0.5, check_tokens=4, mode="drop")
     for k in range(args.steps):  # trains the success head (untimed)
-        pruned_rollout(HFEngine(v0, tok, EngineConfig(max_concurrency=args.concurrency)), step_reqs(0, k), head,
-                       reward, prune_cfg)  # fmt: skip
+        pruned_rollout(
+            HFEngine(v0, tok, EngineConfig(max_concurrency=args.concurrency)),
+            step_reqs(0, k),
+            head,
+            reward,
+            prune_cfg,
+        )
     v1 = copy.deepcopy(v0)
     sft_warmup(
         v1, tok, source, SFTConfig(steps=args.update_steps, batch_size=32, lr=args.update_lr), args.seed + 1
@@ -260,8 +283,13 @@ def main() -> None:
     mem_peak = [0]
     mem_step = lambda _: mem_peak.__setitem__(0, max(mem_peak[0], memory.state.kv_tokens))  # noqa: E731
     split_by = seeded(HistoryPredictor()).predict
-    eng = {"fcfs": engine(), **{k: engine(p) for k, p in ordered.items()}, "past_future": engine(memory),
-           "spec": engine(), "prune": engine()}  # fmt: skip
+    eng = {
+        "fcfs": engine(),
+        **{k: engine(p) for k, p in ordered.items()},
+        "past_future": engine(memory),
+        "spec": engine(),
+        "prune": engine(),
+    }
     halves = {
         name: [engine(concurrency=args.concurrency // 2) for _ in range(2)] for name in ("whole2", "divided2")
     }
@@ -284,17 +312,28 @@ def main() -> None:
                 row = systems[name](k, reqs) | {"step": k, "round": rnd}
                 if name in ordered:
                     pred = ordered[name].predicted
-                    row["tau"] = kendall_tau([pred[s.request_id] for s in row["samples"]],
-                                             [s.num_tokens for s in row["samples"]])  # fmt: skip
+                    row["tau"] = kendall_tau(
+                        [pred[s.request_id] for s in row["samples"]], [s.num_tokens for s in row["samples"]]
+                    )
                 for sp in (ordered[name].predictor,) if name in ordered else ():
                     if isinstance(sp, SiblingPredictor):
                         sp.forget([r.group_id for r in reqs])
                 rec[name].append(row)
-            print(f"round {rnd} step {k}: " + "  ".join(f"{n} {rec[n][-1]['secs']:.2f}s/{rec[n][-1]['steps']}"
-                                                       for n in systems), flush=True)  # fmt: skip
+            print(
+                f"round {rnd} step {k}: "
+                + "  ".join(f"{n} {rec[n][-1]['secs']:.2f}s/{rec[n][-1]['steps']}" for n in systems),
+                flush=True,
+            )
     dist = distribution_check(v0, v1, tok, tasks[0][0].prompt)
-    extra = {"drift": drift, "kv_budget": memory.budget, "fcfs_peak_kv": fcfs_peak[0], "mem_peak": mem_peak[0],
-             "dist": dist, "reward": reward, "wall_s": time.perf_counter() - t_start}  # fmt: skip
+    extra = {
+        "drift": drift,
+        "kv_budget": memory.budget,
+        "fcfs_peak_kv": fcfs_peak[0],
+        "mem_peak": mem_peak[0],
+        "dist": dist,
+        "reward": reward,
+        "wall_s": time.perf_counter() - t_start,
+    }
     print(json.dumps(summarise(args, rec, extra)))
 
 
@@ -327,32 +366,55 @@ def summarise(args, rec: dict[str, list[dict]], x: dict) -> dict:
     full = [s.with_reward(reward(s)) for s in first("fcfs")]
     pruned = first("prune")
     return {
-        "requests_per_step": args.prompts * args.group, "prompts": args.prompts, "group": args.group,
-        "concurrency": args.concurrency, "steps": args.steps, "rounds": args.rounds, "threads": args.threads,
+        "requests_per_step": args.prompts * args.group,
+        "prompts": args.prompts,
+        "group": args.group,
+        "concurrency": args.concurrency,
+        "steps": args.steps,
+        "rounds": args.rounds,
+        "threads": args.threads,
         "lpt_vs_fcfs": table["lpt_sibling"]["speedup_vs_fcfs_time"],
         "lpt_vs_fcfs_steps": table["lpt_sibling"]["speedup_vs_fcfs_steps"],
         "spec_reuse_speedup": table["spec"]["speedup_vs_fcfs_time"],
         "lpt_oracle_vs_fcfs": table["lpt_oracle"]["speedup_vs_fcfs_time"],
         "lpt_oracle_vs_fcfs_steps": table["lpt_oracle"]["speedup_vs_fcfs_steps"],
-        "kendall_tau": {k.split("_")[1]: table[k]["kendall_tau"] for k in ("lpt_sibling", "lpt_history", "lpt_ranker")},
+        "kendall_tau": {
+            k.split("_")[1]: table[k]["kendall_tau"] for k in ("lpt_sibling", "lpt_history", "lpt_ranker")
+        },
         "systems": table,
-        "spec": {"acceptance_rate": round(spec.acceptance_rate, 3), "accepted_tokens": spec.accepted,
-                 "draft_tokens": spec.draft_tokens, "rejections": spec.rejected, "drafts": spec.drafts,
-                 "finished_in_verification": spec.completed,
-                 "verify_s_median": round(statistics.median(r["verify_s"] for r in rec["spec"]), 3),
-                 "time_saved_frac": round(1 - 1 / table["spec"]["speedup_vs_fcfs_time"], 3),
-                 "policy_drift_token_tv": round(x["drift"], 4), "distribution_check": x["dist"]},
-        "pruning": {"keep": args.keep, "of": args.group,
-                    "time_saved_frac": round(1 - 1 / table["prune"]["speedup_vs_fcfs_time"], 3),
-                    "all": group_stats(full), "first_keep_unpruned": group_stats([s for s in full
-                                                                                  if s.sample_index < args.keep]),
-                    "pruned": group_stats(pruned), "stats_are": "(mean reward, share of mixed groups, samples)"},
-        "divided_vs_whole_groups": {"time": ratio("divided2", "secs") / ratio("whole2", "secs"),
-                                    "steps": ratio("divided2", "steps") / ratio("whole2", "steps")},
-        "past_future": {"kv_budget_tokens": x["kv_budget"], "fcfs_peak_kv_tokens": x["fcfs_peak_kv"],
-                        "peak_kv_tokens": x["mem_peak"], "within_budget": x["mem_peak"] <= x["kv_budget"]},
+        "spec": {
+            "acceptance_rate": round(spec.acceptance_rate, 3),
+            "accepted_tokens": spec.accepted,
+            "draft_tokens": spec.draft_tokens,
+            "rejections": spec.rejected,
+            "drafts": spec.drafts,
+            "finished_in_verification": spec.completed,
+            "verify_s_median": round(statistics.median(r["verify_s"] for r in rec["spec"]), 3),
+            "time_saved_frac": round(1 - 1 / table["spec"]["speedup_vs_fcfs_time"], 3),
+            "policy_drift_token_tv": round(x["drift"], 4),
+            "distribution_check": x["dist"],
+        },
+        "pruning": {
+            "keep": args.keep,
+            "of": args.group,
+            "time_saved_frac": round(1 - 1 / table["prune"]["speedup_vs_fcfs_time"], 3),
+            "all": group_stats(full),
+            "first_keep_unpruned": group_stats([s for s in full if s.sample_index < args.keep]),
+            "pruned": group_stats(pruned),
+            "stats_are": "(mean reward, share of mixed groups, samples)",
+        },
+        "divided_vs_whole_groups": {
+            "time": ratio("divided2", "secs") / ratio("whole2", "secs"),
+            "steps": ratio("divided2", "steps") / ratio("whole2", "steps"),
+        },
+        "past_future": {
+            "kv_budget_tokens": x["kv_budget"],
+            "fcfs_peak_kv_tokens": x["fcfs_peak_kv"],
+            "peak_kv_tokens": x["mem_peak"],
+            "within_budget": x["mem_peak"] <= x["kv_budget"],
+        },
         "wall_s": round(x["wall_s"], 1),
-    }  # fmt: skip
+    }
 
 
 if __name__ == "__main__":

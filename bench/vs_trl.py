@@ -50,16 +50,31 @@ from schedrl.seeding import derive_seed
 from schedrl.train.run_dir import RunDir
 from schedrl.train.sft import sft_warmup
 
-BEST_SCHEDULE = ["pipeline.mode=async", "pipeline.backend=threads", "pipeline.max_staleness=4",
-                 "algo.correction=decoupled"]  # fmt: skip
+BEST_SCHEDULE = [
+    "pipeline.mode=async",
+    "pipeline.backend=threads",
+    "pipeline.max_staleness=4",
+    "algo.correction=decoupled",
+]
 WORKLOADS = {
-    "addition": {"task": {"name": "addition", "args": {"min_digits": 1, "max_digits": 1}}, "max_new_tokens": 8,
-                 "steps": 300, "sft_steps": 30, "schedule": []},
+    "addition": {
+        "task": {"name": "addition", "args": {"min_digits": 1, "max_digits": 1}},
+        "max_new_tokens": 8,
+        "steps": 300,
+        "sft_steps": 30,
+        "schedule": [],
+    },
     # 600 SFT steps (start reward ~0.21) and lr 1.5e-4: RL lifts the reward to ~0.27 in 150 steps. After
     # 200 SFT steps (~0.04) it stays flat at every lr tried (5e-5 .. 3e-4); at 3e-4 it falls from either start
-    "longtail": {"task": {"name": "longtail", "args": {}}, "max_new_tokens": 50, "steps": 300, "sft_steps": 600,
-                 "lr": 1.5e-4, "schedule": BEST_SCHEDULE},
-}  # fmt: skip
+    "longtail": {
+        "task": {"name": "longtail", "args": {}},
+        "max_new_tokens": 50,
+        "steps": 300,
+        "sft_steps": 600,
+        "lr": 1.5e-4,
+        "schedule": BEST_SCHEDULE,
+    },
+}
 G, PROMPTS, LR, TEMPERATURE = 8, 16, 3e-4, 1.0
 WINDOW = 20
 
@@ -84,14 +99,28 @@ def task_stream(workload: dict, seed: int, steps: int) -> list[Task]:
 
 
 def run_schedrl(start: Path, workload: dict, seed: int, steps: int, work: Path, overrides=()) -> dict:
-    cfg = config_from_dict({
-        "seed": seed, "steps": steps, "save_every": 0, "out_dir": str(work), "name": "schedrl",
-        "model": {"path": str(start)}, "task": workload["task"],
-        "sampling": {"prompts_per_step": PROMPTS, "group_size": G, "max_new_tokens": workload["max_new_tokens"],
-                     "temperature": TEMPERATURE},
-        # one forward/backward over the step's 128 sequences, as TRL's per_device_train_batch_size=128
-        "optim": {"lr": workload.get("lr", LR), "micro_batch_tokens": 0}, "sft": {"steps": 0}, "eval": {"tasks": 0},
-    }, list(overrides))  # fmt: skip
+    cfg = config_from_dict(
+        {
+            "seed": seed,
+            "steps": steps,
+            "save_every": 0,
+            "out_dir": str(work),
+            "name": "schedrl",
+            "model": {"path": str(start)},
+            "task": workload["task"],
+            "sampling": {
+                "prompts_per_step": PROMPTS,
+                "group_size": G,
+                "max_new_tokens": workload["max_new_tokens"],
+                "temperature": TEMPERATURE,
+            },
+            # one forward/backward over the step's 128 sequences, as TRL's per_device_train_batch_size=128
+            "optim": {"lr": workload.get("lr", LR), "micro_batch_tokens": 0},
+            "sft": {"steps": 0},
+            "eval": {"tasks": 0},
+        },
+        list(overrides),
+    )
     times, rewards, tokens = [], [], []
 
     def on_step(step: int, m: dict) -> None:
@@ -101,11 +130,18 @@ def run_schedrl(start: Path, workload: dict, seed: int, steps: int, work: Path, 
 
     start_t = time.perf_counter()
     train(cfg, RunDir.create(work, "schedrl"), on_step=on_step)
-    return {"t0": start_t, "times": times, "rewards": rewards, "tokens": tokens,
-            "model": work / "schedrl" / "checkpoints" / f"step_{steps:06d}" / "model"}  # fmt: skip
+    return {
+        "t0": start_t,
+        "times": times,
+        "rewards": rewards,
+        "tokens": tokens,
+        "model": work / "schedrl" / "checkpoints" / f"step_{steps:06d}" / "model",
+    }
 
 
-def run_trl(start: Path, workload: dict, seed: int, steps: int, work: Path, checkpointing: bool = False) -> dict:
+def run_trl(
+    start: Path, workload: dict, seed: int, steps: int, work: Path, checkpointing: bool = False
+) -> dict:
     from datasets import Dataset
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
@@ -137,14 +173,36 @@ def run_trl(start: Path, workload: dict, seed: int, steps: int, work: Path, chec
         "eager"
     )  # the attention schedrl's learner uses on CPU: same model, same kernels
     args = GRPOConfig(
-        output_dir=str(work / "trl"), seed=seed, max_steps=steps, per_device_train_batch_size=G * PROMPTS,
-        num_generations=G, max_completion_length=workload["max_new_tokens"], temperature=TEMPERATURE,
-        learning_rate=workload.get("lr", LR), lr_scheduler_type="constant", beta=0.0, epsilon=0.2, loss_type="dapo",
-        scale_rewards="group", shuffle_dataset=False, logging_steps=1, save_strategy="no", report_to=[],
-        use_cpu=True, bf16=False, disable_tqdm=True, gradient_checkpointing=checkpointing,
-    )  # fmt: skip
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
-                          processing_class=tokenizer, callbacks=[Clock()])  # fmt: skip
+        output_dir=str(work / "trl"),
+        seed=seed,
+        max_steps=steps,
+        per_device_train_batch_size=G * PROMPTS,
+        num_generations=G,
+        max_completion_length=workload["max_new_tokens"],
+        temperature=TEMPERATURE,
+        learning_rate=workload.get("lr", LR),
+        lr_scheduler_type="constant",
+        beta=0.0,
+        epsilon=0.2,
+        loss_type="dapo",
+        scale_rewards="group",
+        shuffle_dataset=False,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        disable_tqdm=True,
+        gradient_checkpointing=checkpointing,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=args,
+        train_dataset=data,
+        processing_class=tokenizer,
+        callbacks=[Clock()],
+    )
     trainer.remove_callback(PrinterCallback)  # its per-step print is not part of the work compared
     trainer.train()
     out = work / "trl" / "final"
@@ -162,8 +220,16 @@ def summarize(run: dict, workload: dict, seed: int) -> dict:
     model, tokenizer = load_model_and_tokenizer(run["model"], device="cpu")
     source = make_task(workload["task"]["name"], **workload["task"]["args"])
     engine = HFEngine(model, tokenizer, EngineConfig(max_concurrency=256))
-    ev = evaluate(engine, tokenizer, source, n_tasks=200, k=4, temperature=1.0,
-                  max_new_tokens=workload["max_new_tokens"], seed=derive_seed(seed, "eval"))  # fmt: skip
+    ev = evaluate(
+        engine,
+        tokenizer,
+        source,
+        n_tasks=200,
+        k=4,
+        temperature=1.0,
+        max_new_tokens=workload["max_new_tokens"],
+        seed=derive_seed(seed, "eval"),
+    )
     span = t[-1] - t[0]  # steps 2..N: excludes start-up and the first step's warm-up
     return {
         "steps_per_s": (len(t) - 1) / span,
@@ -205,8 +271,13 @@ def plot(results: dict, path: Path) -> None:
             for system, color in (("trl", "tab:blue"), ("schedrl", "tab:orange")):
                 for i, s in enumerate(per_system[system]):
                     x = s["elapsed"] if row == 0 else range(1, len(s["curve"]) + 1)
-                    ax.plot(x, moving_average(s["curve"]), color=color, alpha=0.8,
-                            label=f"{system} (seed runs)" if i == 0 else None)  # fmt: skip
+                    ax.plot(
+                        x,
+                        moving_average(s["curve"]),
+                        color=color,
+                        alpha=0.8,
+                        label=f"{system} (seed runs)" if i == 0 else None,
+                    )
             ax.set(title=f"{name}: reward ({WINDOW}-step moving average)", xlabel=xlabel, ylabel="reward")
             ax.grid(alpha=0.3)
             ax.legend()
@@ -222,13 +293,24 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=None, help="override the steps of every workload")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--plot", default="docs/vs_trl_{workload}.png",
-                    help="PNG path; with {workload}, one plot per workload, else one plot of all")
-    ap.add_argument("--trl-gradient-checkpointing", action="store_true",
-                    help="TRL's default: recompute activations in the backward (schedrl does not)")
+    ap.add_argument(
+        "--plot",
+        default="docs/vs_trl_{workload}.png",
+        help="PNG path; with {workload}, one plot per workload, else one plot of all",
+    )
+    ap.add_argument(
+        "--trl-gradient-checkpointing",
+        action="store_true",
+        help="TRL's default: recompute activations in the backward (schedrl does not)",
+    )
     ap.add_argument("--sync", action="store_true", help="schedrl's synchronous loop on every workload")
-    ap.add_argument("--schedrl-set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override schedrl's config on every workload, after the workload's schedule")
+    ap.add_argument(
+        "--schedrl-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override schedrl's config on every workload, after the workload's schedule",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from transformers.utils import logging as hf_logging
@@ -252,9 +334,12 @@ def main() -> None:
                     out = run_schedrl(start, workload, seed, steps, work, overrides)
                 summary = summarize(out, workload, seed)
                 results[name][system].append(summary)
-                print(f"{name} seed {seed} {system:8s} {summary['steps_per_s']:.2f} steps/s "
-                      f"{summary['gen_tokens_per_s']:.0f} tok/s  final reward {summary['final_reward']:.3f}  "
-                      f"eval pass@1 {summary['eval_pass@1']:.3f}", flush=True)  # fmt: skip
+                print(
+                    f"{name} seed {seed} {system:8s} {summary['steps_per_s']:.2f} steps/s "
+                    f"{summary['gen_tokens_per_s']:.0f} tok/s  final reward {summary['final_reward']:.3f}  "
+                    f"eval pass@1 {summary['eval_pass@1']:.3f}",
+                    flush=True,
+                )
             shutil.rmtree(work, ignore_errors=True)
         per = results[name]
         target = 0.9 * min(statistics.median(s["final_reward"] for s in per[sys_]) for sys_ in per)
@@ -270,14 +355,22 @@ def main() -> None:
             **{f"{sys_}_first_step_s": [round(s["elapsed"][0], 1) for s in per[sys_]] for sys_ in per},
             "schedrl_vs_trl_steps_per_s": round(statistics.median(ratio_speed), 3),
             "schedrl_vs_trl_steps_per_s_per_seed": [round(r, 3) for r in ratio_speed],
-            **{f"{sys_}_mean_reward_all_steps": round(statistics.median(statistics.mean(s["curve"]) for s in per[sys_]), 3)
-               for sys_ in per},  # the area under the reward-per-step curve
-            "trl_time_to_target_over_schedrl": round(statistics.median(ratio_time), 3) if ratio_time else None,
+            **{
+                f"{sys_}_mean_reward_all_steps": round(
+                    statistics.median(statistics.mean(s["curve"]) for s in per[sys_]), 3
+                )
+                for sys_ in per
+            },  # the area under the reward-per-step curve
+            "trl_time_to_target_over_schedrl": round(statistics.median(ratio_time), 3)
+            if ratio_time
+            else None,
             "trl_time_to_target_over_schedrl_per_seed": [round(r, 3) for r in ratio_time],
-            **{f"{sys_}_{k}": round(statistics.median(s[k] for s in per[sys_]), 3)
-               for sys_ in per for k in ("steps_per_s", "gen_tokens_per_s", "final_reward", "eval_pass@1",
-                                         "eval_greedy")},
-        }  # fmt: skip
+            **{
+                f"{sys_}_{k}": round(statistics.median(s[k] for s in per[sys_]), 3)
+                for sys_ in per
+                for k in ("steps_per_s", "gen_tokens_per_s", "final_reward", "eval_pass@1", "eval_greedy")
+            },
+        }
         print(json.dumps({name: report[name]}), flush=True)
     if "{workload}" in args.plot:
         plots = [args.plot.format(workload=name) for name in results]

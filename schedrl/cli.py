@@ -162,7 +162,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     fractions = write_report(args.run_dir)
     console.print(format_fractions(fractions))
-    console.print(f"timeline: {Path(args.run_dir) / 'timeline.png'} and {Path(args.run_dir) / 'timeline.html'}")
+    console.print(
+        f"timeline: {Path(args.run_dir) / 'timeline.png'} and {Path(args.run_dir) / 'timeline.html'}"
+    )
     return 0
 
 

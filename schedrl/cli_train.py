@@ -109,9 +109,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     result = _train(cfg, args.resume)
     console.print(_eval_table(result["eval_before"], result["eval_after"]))
     console.print(f"reward curve: {result['plot']}")
-    summary = {"steps": cfg.steps, "mode": cfg.pipeline.mode, "eval_before": result["eval_before"],
-               "eval_after": result["eval_after"], "seconds": round(time.perf_counter() - start, 1),
-               "run_dir": result["run_dir"]}  # fmt: skip
+    summary = {
+        "steps": cfg.steps,
+        "mode": cfg.pipeline.mode,
+        "eval_before": result["eval_before"],
+        "eval_after": result["eval_after"],
+        "seconds": round(time.perf_counter() - start, 1),
+        "run_dir": result["run_dir"],
+    }
     print(json.dumps(summary))
     return 0
 
@@ -133,9 +138,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"{before['pass@1']:.2f} -> {after['pass@1']:.2f}; greedy: {before['greedy_acc']:.2f} -> "
         f"{after['greedy_acc']:.2f}[/]\nreward curve: {result['plot']}"
     )
-    summary = {"acc_before": before["pass@1"], "acc_after": after["pass@1"],
-               "greedy_before": before["greedy_acc"], "greedy_after": after["greedy_acc"],
-               "seconds": round(time.perf_counter() - start, 1), "run_dir": result["run_dir"]}  # fmt: skip
+    summary = {
+        "acc_before": before["pass@1"],
+        "acc_after": after["pass@1"],
+        "greedy_before": before["greedy_acc"],
+        "greedy_after": after["greedy_acc"],
+        "seconds": round(time.perf_counter() - start, 1),
+        "run_dir": result["run_dir"],
+    }
     print(json.dumps(summary))
     return 0
 
@@ -152,8 +162,9 @@ def cmd_sft(args: argparse.Namespace) -> int:
     model, tokenizer = load_policy(cfg, cfg.model.path, default_device())
     source = make_task(cfg.task.name, **cfg.task.args)
     with progress_bar(0, cfg.sft.steps) as (on_sft, _):
-        losses = sft_warmup(model, tokenizer, source, cfg.sft, cfg.seed,
-                            lambda s, loss: on_sft(s, {"sft_loss": loss}))  # fmt: skip
+        losses = sft_warmup(
+            model, tokenizer, source, cfg.sft, cfg.seed, lambda s, loss: on_sft(s, {"sft_loss": loss})
+        )
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out)
     console.print(f"SFT loss {losses[0]:.3f} -> {losses[-1]:.3f}; model saved to {args.out}")
@@ -173,9 +184,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     model, tokenizer = load_model_and_tokenizer(args.model)
     engine = HFEngine(model, tokenizer, EngineConfig(max_concurrency=cfg.engine.max_concurrency))
     e = cfg.eval
-    result = evaluate(engine, tokenizer, make_task(cfg.task.name, **cfg.task.args), n_tasks=e.tasks, k=e.k,
-                      temperature=e.temperature, max_new_tokens=cfg.sampling.max_new_tokens,
-                      seed=derive_seed(cfg.seed, "eval"))  # fmt: skip
+    result = evaluate(
+        engine,
+        tokenizer,
+        make_task(cfg.task.name, **cfg.task.args),
+        n_tasks=e.tasks,
+        k=e.k,
+        temperature=e.temperature,
+        max_new_tokens=cfg.sampling.max_new_tokens,
+        seed=derive_seed(cfg.seed, "eval"),
+    )
     table = Table(title=f"{cfg.task.name}: {e.tasks} held-out tasks")
     table.add_column("metric")
     table.add_column("value", justify="right")

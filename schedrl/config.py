@@ -26,9 +26,8 @@ class ModelConfig:
     path: str | None = None  # HF model directory; None builds the offline tiny model
     tiny_seed: int = 0  # weight-init seed of the tiny model
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 on a GPU, float32 on CPU
-    attn_implementation: str = (
-        "auto"  # learner attention; auto: eager on CPU (faster on short rows), sdpa on GPU
-    )
+    # learner attention; auto: eager on CPU (faster on short rows), sdpa on GPU
+    attn_implementation: str = "auto"
 
 
 @dataclass
@@ -126,18 +125,24 @@ class EvalConfig:
 
 @dataclass
 class PipelineConfig:
-    mode: Literal["sync", "async"] = "sync"  # sync: one process, generate then train; async: engine and learner overlap
-    backend: Literal["ray", "threads", "local"] = "ray"  # async workers: Ray actors, threads of this process, or
-    # serially in this process (debugging)
+    # sync: one process, generate then train; async: engine and learner overlap
+    mode: Literal["sync", "async"] = "sync"
+    # async workers: Ray actors, threads of this process, or serially in this process (debugging)
+    backend: Literal["ray", "threads", "local"] = "ray"
     max_staleness: int | Literal["auto"] = 0  # k: trained-on tokens are at most k versions old; auto adapts k
     staleness_min: int = 0  # auto: lower bound of k
     staleness_max: int = 4  # auto: upper bound of k
     auto_low: float = 0.002  # auto: grow k while the behaviour-vs-learner KL stays below this
     auto_high: float = 0.01  # auto: shrink k when the KL goes above this
-    stale: Literal["drop", "mask"] = "drop"  # tokens beyond k: drop their sample, or keep them as context only
-    inflight_weight_updates: bool = False  # engines take new weights between decode steps (PipelineRL)
-    partial_rollouts: bool = False  # train on the first complete groups; unfinished ones resume later (APRIL)
-    overprovision: float = 1.0  # partial rollouts: groups in flight per step's worth, as a factor >= 1
+    # tokens beyond k: drop their sample, or keep them as context only
+    stale: Literal["drop", "mask"] = "drop"
+    # when new weights reach the engines: drain (after they finish what they hold), inflight (between decode
+    # steps, PipelineRL), cut_resume (cut every request, resume each from its prefix, APRIL)
+    weight_sync: str = "drain"
+    # what an update trains on: wave (exactly its own data-scheduler batch, in order), partial (the oldest
+    # complete groups; unfinished ones carry over, APRIL partial rollouts)
+    consumption: str = "wave"
+    overprovision: float = 1.0  # consumption partial: samples in flight per update, x a step's samples
     engine_chunk_steps: int = 8  # engine steps per call between the loop's bookkeeping
     ray_address: str | None = None  # join this Ray cluster; None starts a local one
     num_engines: int = 1  # engine workers; groups go to the one holding the fewest requests
@@ -149,12 +154,14 @@ class PipelineConfig:
 class RolloutConfig:
     """Rollout features of the synchronous loop (`schedrl.rollout.step`)."""
 
-    speculative: bool = False  # SPEC-RL: a task's last rollout drafts its next one, verified by the current policy
+    # SPEC-RL: a task's last rollout drafts its next one, verified by the current policy
+    speculative: bool = False
     draft_versions: int = 4  # a draft at most N versions older than the policy is used; older ones are not
     prune_keep: int = 0  # ARRoL: prune each group online to this many samples (0: off; < sampling.group_size)
     prune_success_frac: float = 0.5  # share of predicted successes among the kept samples
     prune_check_tokens: int = 4  # output tokens every running member needs before its group is judged
-    prune_mode: Literal["drop", "keep"] = "drop"  # pruned samples: dropped from the loss, or kept (partial text)
+    # pruned samples: dropped from the loss, or kept (partial text)
+    prune_mode: Literal["drop", "keep"] = "drop"
 
 
 @dataclass
@@ -187,16 +194,37 @@ class RunConfig:
 
 # Fields that must be > 0 or >= 0, by dotted name.
 _POSITIVE = {
-    "steps", "sampling.prompts_per_step", "sampling.group_size", "sampling.max_new_tokens",
-    "engine.max_concurrency", "engine.max_batched_tokens", "optim.lr", "optim.micro_batch_size",
-    "optim.ppo_epochs", "optim.minibatches", "optim.max_bad_steps", "sft.batch_size", "sft.lr",
+    "steps",
+    "sampling.prompts_per_step",
+    "sampling.group_size",
+    "sampling.max_new_tokens",
+    "engine.max_concurrency",
+    "engine.max_batched_tokens",
+    "optim.lr",
+    "optim.micro_batch_size",
+    "optim.ppo_epochs",
+    "optim.minibatches",
+    "optim.max_bad_steps",
+    "sft.batch_size",
+    "sft.lr",
     "eval.k",
-}  # fmt: skip
+}
 _NON_NEGATIVE = {
-    "save_every", "sampling.temperature", "sampling.top_k", "algo.clip_eps", "algo.kl_coef",
-    "optim.weight_decay", "optim.warmup_steps", "optim.micro_batch_tokens", "optim.max_grad_norm", "sft.steps", "eval.tasks",
-    "eval.every", "eval.temperature", "max_reward_error_rate",
-}  # fmt: skip
+    "save_every",
+    "sampling.temperature",
+    "sampling.top_k",
+    "algo.clip_eps",
+    "algo.kl_coef",
+    "optim.weight_decay",
+    "optim.warmup_steps",
+    "optim.micro_batch_tokens",
+    "optim.max_grad_norm",
+    "sft.steps",
+    "eval.tasks",
+    "eval.every",
+    "eval.temperature",
+    "max_reward_error_rate",
+}
 
 
 def _type_name(tp: Any) -> str:
@@ -259,10 +287,20 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
     raise TypeError(f"unsupported config annotation {tp!r} at {where}")
 
 
+# Keys that were replaced, with what replaces them.
+_MOVED = {
+    "pipeline.inflight_weight_updates": "pipeline.weight_sync: inflight (true) or drain (false)",
+    "pipeline.partial_rollouts": "pipeline.consumption: partial with pipeline.weight_sync: cut_resume (true, "
+    "without in-flight updates), or consumption: wave (false)",
+}
+
+
 def _build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     for key in data:
+        if prefix + key in _MOVED:
+            raise ConfigError(f"config key '{prefix}{key}' was replaced: use {_MOVED[prefix + key]}")
         if key not in hints:
             raise ConfigError(f"unknown config key '{prefix}{key}'; valid keys here: {', '.join(names)}")
     return cls(**{k: _convert(v, hints[k], prefix + k) for k, v in data.items()})
@@ -294,8 +332,10 @@ def _validate_admission(e: EngineSection) -> None:
     from schedrl.engine.admission import admission_names, make_admission
 
     if e.admission not in admission_names():
-        raise ConfigError(f"config field 'engine.admission' must be one of {', '.join(admission_names())}, "
-                          f"got {e.admission!r}")  # fmt: skip
+        raise ConfigError(
+            f"config field 'engine.admission' must be one of {', '.join(admission_names())}, "
+            f"got {e.admission!r}"
+        )
     try:
         make_admission(e.admission, **e.admission_args)
     except (ValueError, TypeError) as err:
@@ -307,8 +347,10 @@ def _validate_data(cfg: RunConfig) -> None:
 
     d = cfg.data
     if d.scheduler not in SCHEDULERS:
-        raise ConfigError(f"config field 'data.scheduler' must be one of {', '.join(sorted(SCHEDULERS))}, "
-                          f"got {d.scheduler!r}")  # fmt: skip
+        raise ConfigError(
+            f"config field 'data.scheduler' must be one of {', '.join(sorted(SCHEDULERS))}, "
+            f"got {d.scheduler!r}"
+        )
     try:  # builds nothing heavy: a scheduler reads its task source only when first asked for a batch
         make_scheduler(d.scheduler, DataContext(None, cfg.seed, cfg.sampling.group_size, cfg.steps), **d.args)
     except (ValueError, TypeError) as err:
@@ -320,38 +362,66 @@ def _validate_rollout(cfg: RunConfig) -> None:
     if r.draft_versions <= 0:
         raise ConfigError(f"config field 'rollout.draft_versions' must be > 0, got {r.draft_versions!r}")
     if r.prune_keep and not 2 <= r.prune_keep < cfg.sampling.group_size:
-        raise ConfigError(f"config field 'rollout.prune_keep' must be 0 (off) or in [2, sampling.group_size="
-                          f"{cfg.sampling.group_size}), got {r.prune_keep!r}")  # fmt: skip
+        raise ConfigError(
+            f"config field 'rollout.prune_keep' must be 0 (off) or in [2, sampling.group_size="
+            f"{cfg.sampling.group_size}), got {r.prune_keep!r}"
+        )
     if not 0 <= r.prune_success_frac <= 1:
-        raise ConfigError(f"config field 'rollout.prune_success_frac' must be in [0, 1], got {r.prune_success_frac!r}")
+        raise ConfigError(
+            f"config field 'rollout.prune_success_frac' must be in [0, 1], got {r.prune_success_frac!r}"
+        )
     if r.prune_check_tokens <= 0:
-        raise ConfigError(f"config field 'rollout.prune_check_tokens' must be > 0, got {r.prune_check_tokens!r}")
+        raise ConfigError(
+            f"config field 'rollout.prune_check_tokens' must be > 0, got {r.prune_check_tokens!r}"
+        )
     on = [f"rollout.{n}" for n in ("speculative", "prune_keep") if getattr(r, n)]
     if len(on) == 2:
-        raise ConfigError("config fields 'rollout.speculative' and 'rollout.prune_keep' cannot both be on: a "
-                          "group's drafts would finish outside the pruner's view")  # fmt: skip
+        raise ConfigError(
+            "config fields 'rollout.speculative' and 'rollout.prune_keep' cannot both be on: a "
+            "group's drafts would finish outside the pruner's view"
+        )
     if on and cfg.pipeline.mode == "async":
-        raise ConfigError(f"config field '{on[0]}' works in the synchronous loop only (pipeline.mode: sync), "
-                          "got pipeline.mode 'async'")  # fmt: skip
+        raise ConfigError(
+            f"config field '{on[0]}' works in the synchronous loop only (pipeline.mode: sync), "
+            "got pipeline.mode 'async'"
+        )
 
 
 def _validate_pipeline(p: PipelineConfig, algo: AlgoConfig) -> None:
-    off_policy = p.max_staleness != 0 or p.partial_rollouts or p.inflight_weight_updates
+    from schedrl.orchestrate.consumption import CONSUMPTION
+    from schedrl.orchestrate.weight_sync import WEIGHT_SYNC
+
+    for name, registry in (("weight_sync", WEIGHT_SYNC), ("consumption", CONSUMPTION)):
+        if getattr(p, name) not in registry:
+            raise ConfigError(
+                f"config field 'pipeline.{name}' must be one of {', '.join(registry.names())}, "
+                f"got {getattr(p, name)!r}"
+            )
+    off_policy = (
+        p.max_staleness != 0
+        or WEIGHT_SYNC.get(p.weight_sync).off_policy
+        or CONSUMPTION.get(p.consumption).off_policy
+    )
     if p.mode == "async" and off_policy and algo.correction == "none":
         raise ConfigError(
             "config field 'algo.correction' is 'none', but pipeline settings (max_staleness="
-            f"{p.max_staleness!r}, partial_rollouts={p.partial_rollouts}, inflight_weight_updates="
-            f"{p.inflight_weight_updates}) train on tokens from older weights; choose 'decoupled', 'tis' or "
-            "'cross_stage' so they are corrected"
+            f"{p.max_staleness!r}, weight_sync={p.weight_sync!r}, consumption={p.consumption!r}) train on "
+            "tokens from older weights; choose 'decoupled', 'tis' or 'cross_stage' so they are corrected"
         )
     if p.max_staleness != "auto" and p.max_staleness < 0:
-        raise ConfigError(f"config field 'pipeline.max_staleness' must be >= 0 or 'auto', got {p.max_staleness!r}")
+        raise ConfigError(
+            f"config field 'pipeline.max_staleness' must be >= 0 or 'auto', got {p.max_staleness!r}"
+        )
     if not 0 <= p.staleness_min <= p.staleness_max:
-        raise ConfigError(f"config fields 'pipeline.staleness_min' and 'pipeline.staleness_max' need "
-                          f"0 <= min <= max, got {p.staleness_min!r} and {p.staleness_max!r}")  # fmt: skip
+        raise ConfigError(
+            f"config fields 'pipeline.staleness_min' and 'pipeline.staleness_max' need "
+            f"0 <= min <= max, got {p.staleness_min!r} and {p.staleness_max!r}"
+        )
     if not 0 <= p.auto_low < p.auto_high:
-        raise ConfigError(f"config fields 'pipeline.auto_low' and 'pipeline.auto_high' need 0 <= low < high, "
-                          f"got {p.auto_low!r} and {p.auto_high!r}")  # fmt: skip
+        raise ConfigError(
+            f"config fields 'pipeline.auto_low' and 'pipeline.auto_high' need 0 <= low < high, "
+            f"got {p.auto_low!r} and {p.auto_high!r}"
+        )
     if p.overprovision < 1:
         raise ConfigError(f"config field 'pipeline.overprovision' must be >= 1, got {p.overprovision!r}")
     for name in ("engine_chunk_steps", "num_engines", "engine_cpus", "learner_cpus"):

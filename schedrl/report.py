@@ -13,9 +13,13 @@ from pathlib import Path
 from schedrl.timeline import TIMELINE_FILE, Span, busy_fractions, read_spans
 
 COLORS = {
-    "generate": "#4C72B0", "prefill": "#8172B2", "decode": "#64B5CD", "train": "#DD8452",
-    "weight-sync": "#C44E52", "wait": "#DDDDDD",
-}  # fmt: skip
+    "generate": "#4C72B0",
+    "prefill": "#8172B2",
+    "decode": "#64B5CD",
+    "train": "#DD8452",
+    "weight-sync": "#C44E52",
+    "wait": "#DDDDDD",
+}
 
 
 def _figure(spans: list[Span]):
@@ -36,8 +40,13 @@ def _figure(spans: list[Span]):
     ax.set_yticks(range(len(workers)), workers)
     ax.set_xlabel("seconds since the first span")
     kinds = [k for k in COLORS if any(s.kind == k for s in spans)]
-    ax.legend(handles=[Patch(color=COLORS[k], label=k) for k in kinds], loc="lower center",
-              bbox_to_anchor=(0.5, 1.0), ncol=len(kinds), frameon=False)  # fmt: skip
+    ax.legend(
+        handles=[Patch(color=COLORS[k], label=k) for k in kinds],
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.0),
+        ncol=len(kinds),
+        frameon=False,
+    )
     fig.tight_layout()
     return fig
 
@@ -95,5 +104,8 @@ td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}details{{margin-t
 
 def format_fractions(fractions: dict[str, dict[str, float]]) -> str:
     lines = [f"{'worker':<12} {'busy s':>9} {'idle':>7} {'idle while active':>18}"]
-    lines += [f"{w:<12} {busy:>9.2f} {idle:>7.1%} {active:>18.1%}" for w, busy, idle, active in _idle_table(fractions)]
+    lines += [
+        f"{w:<12} {busy:>9.2f} {idle:>7.1%} {active:>18.1%}"
+        for w, busy, idle, active in _idle_table(fractions)
+    ]
     return "\n".join(lines)

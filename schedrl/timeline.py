@@ -113,7 +113,12 @@ def busy_fractions(spans: Iterable[Span]) -> dict[str, dict[str, float]]:
         if busy_spans:
             active = max(max(e for _, e in busy_spans) - min(a for a, _ in busy_spans), 1e-9)
             active_idle = 1.0 - busy / active
-        out[worker] = {**row, "busy_s": busy, "idle_frac": 1.0 - busy / window, "active_idle_frac": active_idle}
+        out[worker] = {
+            **row,
+            "busy_s": busy,
+            "idle_frac": 1.0 - busy / window,
+            "active_idle_frac": active_idle,
+        }
     return out
 
 

@@ -22,6 +22,7 @@ from schedrl.algos import (
     registry,
     token_logprobs,
 )
+from schedrl.algos.spec import LossSpec
 
 LN = math.log
 
@@ -263,8 +264,11 @@ def test_registry(monkeypatch):
         get("loss", "dpo")
     with pytest.raises(ValueError, match="valid: advantage, loss"):
         get("reward", "grpo")
-    monkeypatch.setitem(registry._REGISTRY, "loss", dict(registry._REGISTRY["loss"]))
-    register("loss", "mine", "a test loss")(ppo_clip_loss)
+    monkeypatch.setattr(registry.LOSSES, "_entries", dict(registry.LOSSES._entries))
+    register("loss", "mine", "a test loss", LossSpec(options=("clip_eps",)))(ppo_clip_loss)
     assert available("loss")["mine"] == "a test loss"
+    assert registry.loss_spec("mine").keywords() == {"agg", "clip_eps"}
     with pytest.raises(ValueError, match="already registered"):
-        register("loss", "mine", "again")(grpo_loss)
+        register("loss", "mine", "again", LossSpec())(grpo_loss)
+    with pytest.raises(ValueError, match="registered with a LossSpec"):
+        register("loss", "no_spec", "a loss without its spec")(grpo_loss)

@@ -35,8 +35,13 @@ def _leaf(x):
 
 
 def test_registered_names():
-    for name, fn in {"rapid": rapid_loss, "sao": sao_loss, "rover": rover_loss, "pacs": pacs_loss,
-                     "ppo": ppo_loss}.items():  # fmt: skip
+    for name, fn in {
+        "rapid": rapid_loss,
+        "sao": sao_loss,
+        "rover": rover_loss,
+        "pacs": pacs_loss,
+        "ppo": ppo_loss,
+    }.items():
         assert get("loss", name) is fn
     assert get("advantage", "reward") is raw_reward
     r = torch.tensor([1, 0, 1])
@@ -152,8 +157,9 @@ def test_rover_on_policy_gradient_is_centred_reinforce():
     logp = _leaf(torch.tensor([[-1.0, -2.0], [-0.5, -0.3]]))
     mean = torch.full((2, 2), -3.0, dtype=F64)
     adv = torch.tensor([0.5, -0.5], dtype=F64)
-    rover_loss(logp, logp.detach(), adv, torch.ones(2, 2), mean_logp=mean, old_mean_logp=mean,
-               rover_temp=1.5)[0].backward()  # fmt: skip
+    rover_loss(
+        logp, logp.detach(), adv, torch.ones(2, 2), mean_logp=mean, old_mean_logp=mean, rover_temp=1.5
+    )[0].backward()
     # Q = 0, target = r~: grad = 2 * (0 - r~) * rho / 4 = -0.75 r~
     torch.testing.assert_close(logp.grad, (-0.75 * adv)[:, None].expand(2, 2))
 
@@ -232,8 +238,9 @@ def test_ppo_loss_is_policy_plus_value_and_detaches_targets():
     old_values = _leaf(torch.tensor([[0.2, 0.2]]))
     returns = _leaf(torch.tensor([[1.0, 0.0]]))
     mask = torch.ones(1, 2)
-    loss, stats = ppo_loss(logp, old, adv, mask, values=values, old_values=old_values, returns=returns,
-                           vf_coef=0.5, vf_clip=0.2)  # fmt: skip
+    loss, stats = ppo_loss(
+        logp, old, adv, mask, values=values, old_values=old_values, returns=returns, vf_coef=0.5, vf_clip=0.2
+    )
     expected = grpo_loss(logp, old, adv, mask)[0] + 0.5 * value_loss(values, old_values, returns, mask)[0]
     torch.testing.assert_close(loss, expected)
     assert {"clipfrac", "vf_loss", "vf_clipfrac", "value_mean"} <= set(stats)

@@ -294,8 +294,11 @@ def test_reinforce_pp_baseline_vs_lite_ppo_vs_grpo():
     # REINFORCE++ baseline: batch std of A~ = sqrt((4 + 4) / 3) = 1.6329932 -> 2 / 1.6330932 = 1.2246699
     # Lite PPO:             batch std of raw r = sqrt 3 = 1.7320508          -> 2 / 1.7321508 = 1.1546339
     # GRPO:                 std of group 0 = sqrt 8 = 2.8284271; group 1: 0  -> 2 / 2.8285271 = 0.7070818
-    for fn, a in ((reinforce_pp_baseline_advantages, 1.2246699), (lite_ppo_advantages, 1.1546339),
-                  (group_advantages, 0.7070818)):  # fmt: skip
+    for fn, a in (
+        (reinforce_pp_baseline_advantages, 1.2246699),
+        (lite_ppo_advantages, 1.1546339),
+        (group_advantages, 0.7070818),
+    ):
         torch.testing.assert_close(fn(_R, _G), torch.tensor([a, -a, 0.0, 0.0]))
         torch.testing.assert_close(fn(_R, _G, std_normalize=False), torch.tensor([2.0, -2.0, 0.0, 0.0]))
 

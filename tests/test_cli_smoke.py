@@ -36,18 +36,35 @@ MODES = {
     "sync": [],
     "async_threads": [*ASYNC, "pipeline.max_staleness=2"],
     "async_local_k0": ["pipeline.mode=async", "pipeline.backend=local"],
-    "async_ray": ["pipeline.mode=async", "pipeline.backend=ray", "pipeline.max_staleness=1",
-                  "algo.correction=decoupled"],  # fmt: skip
+    "async_ray": [
+        "pipeline.mode=async",
+        "pipeline.backend=ray",
+        "pipeline.max_staleness=1",
+        "algo.correction=decoupled",
+    ],
     "auto_staleness": [*ASYNC, "pipeline.max_staleness=auto"],
-    "inflight": [*ASYNC, "pipeline.max_staleness=1", "pipeline.inflight_weight_updates=true"],
-    "partial": [*ASYNC, "pipeline.max_staleness=1", "pipeline.partial_rollouts=true", "pipeline.overprovision=1.5"],
+    "inflight": [*ASYNC, "pipeline.max_staleness=1", "pipeline.weight_sync=inflight"],
+    "partial": [
+        *ASYNC,
+        "pipeline.max_staleness=1",
+        "pipeline.consumption=partial",
+        "pipeline.weight_sync=cut_resume",
+        "pipeline.overprovision=1.5",
+    ],
     "speculative": ["rollout.speculative=true", "data.scheduler=paced"],
     "pruning": ["rollout.prune_keep=2"],
     "lpt_sibling": ["engine.admission=lpt", "engine.admission_args={predictor: sibling}"],
     "ppo": ["algo.name=ppo", "algo.advantage=reward"],
     # the data schedulers on the tiered mix, whose domains they choose between
-    **{f"data_{name}": [f"data.scheduler={name}", "task.name=tiered", "task.args={}", "sampling.max_new_tokens=6"]
-       for name in sorted(SCHEDULERS)},
+    **{
+        f"data_{name}": [
+            f"data.scheduler={name}",
+            "task.name=tiered",
+            "task.args={}",
+            "sampling.max_new_tokens=6",
+        ]
+        for name in sorted(SCHEDULERS)
+    },
 }
 
 
@@ -57,7 +74,9 @@ def _env() -> dict[str, str]:
 
 def _train(cwd: Path, *args: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "schedrl.cli", "train", *args]
-    return subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        cmd, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _finish(proc: subprocess.Popen, timeout: float = 240) -> dict:
@@ -100,10 +119,16 @@ def test_async_run_resumes_after_sigkill_without_losing_or_repeating_a_sample(tm
     cfg = {**SMALL, "steps": 8, "save_every": 2, "out_dir": str(tmp_path), "name": "killed"}
     recipe.write_text(json.dumps(cfg))
     run = tmp_path / "killed"
-    proc = _train(tmp_path, str(recipe), *TINY, *_overrides([*ASYNC, "pipeline.max_staleness=2",
-                                                              "pipeline.inflight_weight_updates=true"]))  # fmt: skip
+    proc = _train(
+        tmp_path,
+        str(recipe),
+        *TINY,
+        *_overrides([*ASYNC, "pipeline.max_staleness=2", "pipeline.weight_sync=inflight"]),
+    )
     deadline = time.time() + 180
-    while time.time() < deadline and proc.poll() is None:  # kill once a checkpoint exists and the run is past it
+    while (
+        time.time() < deadline and proc.poll() is None
+    ):  # kill once a checkpoint exists and the run is past it
         if (run / "metrics.jsonl").exists() and any(r["step"] >= 3 for r in _step_rows(run)):
             break
         time.sleep(0.02)
@@ -119,7 +144,11 @@ def test_async_run_resumes_after_sigkill_without_losing_or_repeating_a_sample(tm
     consumed = final["consumed"]  # the sample ledger: every consumed group, in order
     assert len(consumed) == len(set(consumed)), "a group was trained twice"
     assert consumed[: len(saved["pipeline"]["consumed"])] == saved["pipeline"]["consumed"]
-    issued = {f"train/{w}/{i}" for w in range(final["next_wave"]) for i in range(SMALL["sampling"]["prompts_per_step"])}
+    issued = {
+        f"train/{w}/{i}"
+        for w in range(final["next_wave"])
+        for i in range(SMALL["sampling"]["prompts_per_step"])
+    }
     left = {g["id"] for g in final["groups"]}
     spent = issued - set(consumed) - left  # dropped whole as too stale: each is in the drop ledger
     assert all(any(d.startswith(f"{gid}/") for d in final["dropped"]) for gid in spent), "a group was lost"

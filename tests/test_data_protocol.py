@@ -111,8 +111,12 @@ def test_variable_group_sizes_through_requests_and_advantages(tokenizer):
     assert [r.group_id for r in requests] == ["train/5/0"] * 3 + ["train/5/1"] + ["train/5/2"] * 2
     with pytest.raises(ValueError, match="group_size must be an int >= 1 or one per task"):
         group_requests(tasks, tokenizer, params, [3, 0, 2], seed=0, step=5)
-    samples = [Sample(r.id, r.prompt_ids, (1,), (0.0,), (0,), "stop", r.params, task_id=r.task_id,
-                      group_id=r.group_id) for r in requests]  # fmt: skip
+    samples = [
+        Sample(
+            r.id, r.prompt_ids, (1,), (0.0,), (0,), "stop", r.params, task_id=r.task_id, group_id=r.group_id
+        )
+        for r in requests
+    ]
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
     adv = registry.get("advantage", "grpo")(rewards, group_index(samples), std_normalize=False)
     # group 0: mean 1/3 -> (2/3, -1/3, -1/3); group 1 (one sample): 0; group 2: mean 1/2 -> (1/2, -1/2)

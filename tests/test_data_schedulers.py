@@ -124,8 +124,15 @@ def test_domain_reweight_by_hand():
 @pytest.mark.parametrize("keep", [0.0, 1.0])
 def test_difficulty_profile_by_hand(keep):
     pool = tasks("a:A", "b:B", "c:C", "d:D")
-    s = build("difficulty_profile", pool, probe_samples=8, scale=2.0, min_group=2, max_group=16,
-              unsolvable_keep=keep)  # fmt: skip
+    s = build(
+        "difficulty_profile",
+        pool,
+        probe_samples=8,
+        scale=2.0,
+        min_group=2,
+        max_group=16,
+        unsolvable_keep=keep,
+    )
     assert ids(s.next_batch(32)) == [("a", 8), ("b", 8), ("c", 8), ("d", 8)]  # the profiling pass
     a, b, c, d = pool
     s.observe(

@@ -8,9 +8,19 @@ from schedrl.orchestrate.sync import train
 from schedrl.train.run_dir import RunDir, read_metrics
 
 TIMING = {"gen_s", "train_s", "step_s", "tokens_per_s"}
-CFG = {"steps": 4, "save_every": 2, "sft": {"steps": 0}, "eval": {"tasks": 0}, "min_start_reward": 0.0,
-       "task": {"name": "tiered"}, "sampling": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 4},
-       "data": {"scheduler": "difficulty_profile", "args": {"pool_size": 12, "probe_samples": 2, "max_group": 8}}}  # fmt: skip
+CFG = {
+    "steps": 4,
+    "save_every": 2,
+    "sft": {"steps": 0},
+    "eval": {"tasks": 0},
+    "min_start_reward": 0.0,
+    "task": {"name": "tiered"},
+    "sampling": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 4},
+    "data": {
+        "scheduler": "difficulty_profile",
+        "args": {"pool_size": 12, "probe_samples": 2, "max_group": 8},
+    },
+}
 
 
 def rows(run_root):

@@ -268,8 +268,9 @@ def test_engine_attention_equals_sdpa(kv_heads, lq, scale):
     allowed = torch.rand(7, 1, lq, 9) < 0.7
     allowed[..., 0] = True  # every row sees at least one key
     mask = torch.zeros(allowed.shape).masked_fill_(~allowed, float("-inf"))
-    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale,
-                                                           enable_gqa=kv_heads != 4)  # fmt: skip
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, scale=scale, enable_gqa=kv_heads != 4
+    )
     torch.testing.assert_close(_attend(q, k, v, mask, scale), ref, rtol=1e-5, atol=1e-6)
 
 
@@ -277,14 +278,19 @@ def test_twin_prompts_are_prefilled_once_and_sample_as_if_computed_alone(model, 
     """G samples of a prompt admitted together: one prefill, the same outputs as without sharing."""
     twins = [p for p in PROMPTS[:5] if len(tokenizer(p).input_ids) > 1]  # a 1-token prompt is a decode row
     params = SamplingParams(max_new_tokens=12, temperature=1.0)
-    reqs = [Request(f"{p}/{g}", tuple(tokenizer(p).input_ids), SamplingParams(**{**params.__dict__, "seed": g}))
-            for p in twins for g in range(4)]  # fmt: skip
+    reqs = [
+        Request(f"{p}/{g}", tuple(tokenizer(p).input_ids), SamplingParams(**{**params.__dict__, "seed": g}))
+        for p in twins
+        for g in range(4)
+    ]
     runs = {}
     for share in (False, True):
         engine = HFEngine(model, tokenizer, EngineConfig(max_concurrency=16, share_prompts=share))
         seen = []
         forward = engine.model.forward
-        engine.model.forward = lambda *a, _f=forward, _seen=seen, **k: _seen.append(k["input_ids"].shape[1]) or _f(*a, **k)
+        engine.model.forward = lambda *a, _f=forward, _seen=seen, **k: (
+            _seen.append(k["input_ids"].shape[1]) or _f(*a, **k)
+        )
         runs[share] = (engine.generate(reqs), seen[0], engine.num_shared_prefill)
     (plain, plain_tokens, plain_shared), (shared, shared_tokens, n_shared) = runs[False], runs[True]
     prompt_tokens = sum(len(tokenizer(p).input_ids) for p in twins)

@@ -10,10 +10,14 @@ from schedrl.train.learner import Learner, NonFiniteLossError
 
 def make_batch(n=8, seed=0):
     g = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(4, 90, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
-               for _ in range(n)]  # fmt: skip
-    completions = [torch.randint(4, 90, (int(torch.randint(1, 5, (1,), generator=g)),), generator=g).tolist()
-                   for _ in range(n)]  # fmt: skip
+    prompts = [
+        torch.randint(4, 90, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
+        for _ in range(n)
+    ]
+    completions = [
+        torch.randint(4, 90, (int(torch.randint(1, 5, (1,), generator=g)),), generator=g).tolist()
+        for _ in range(n)
+    ]
     adv = torch.randn(n, generator=g)
     return collate(prompts, completions, pad_id=0), adv
 
@@ -88,8 +92,13 @@ def test_non_finite_loss_is_skipped_then_stops(default_model):
 
 def test_kl_to_an_identical_reference_is_zero(default_model):
     model = copy.deepcopy(default_model)
-    learner = Learner(model, OptimConfig(), AlgoConfig(kl_coef=0.1, kl_estimator="k3"), 10,
-                      ref_model=copy.deepcopy(default_model))  # fmt: skip
+    learner = Learner(
+        model,
+        OptimConfig(),
+        AlgoConfig(kl_coef=0.1, kl_estimator="k3"),
+        10,
+        ref_model=copy.deepcopy(default_model),
+    )
     batch, adv = make_batch()
     stats = learner.update(batch, adv, 0)
     assert abs(stats["kl"]) < 1e-6

@@ -30,11 +30,15 @@ def _one_thread():
 def grouped_batch(n_prompts=3, group=4, seed=0):
     """n_prompts prompts with `group` completions each, rows of a group not adjacent; rewards in {0, 1}."""
     g = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(4, 90, (int(torch.randint(2, 5, (1,), generator=g)),), generator=g).tolist()
-               for _ in range(n_prompts)]  # fmt: skip
+    prompts = [
+        torch.randint(4, 90, (int(torch.randint(2, 5, (1,), generator=g)),), generator=g).tolist()
+        for _ in range(n_prompts)
+    ]
     rows = [prompts[i % n_prompts] for i in range(n_prompts * group)]
-    completions = [torch.randint(4, 90, (int(torch.randint(1, 5, (1,), generator=g)),), generator=g).tolist()
-                   for _ in rows]  # fmt: skip
+    completions = [
+        torch.randint(4, 90, (int(torch.randint(1, 5, (1,), generator=g)),), generator=g).tolist()
+        for _ in rows
+    ]
     rewards = torch.randint(0, 2, (len(rows),), generator=g).float()
     return collate(rows, completions, pad_id=0), rewards
 
@@ -95,8 +99,9 @@ def test_ppo_value_head_is_trained_and_checkpointed(default_model):
     algo = AlgoConfig(name="ppo", advantage="reward", vf_coef=0.5)
     _, learner, stats = _run(default_model, algo, OptimConfig(lr=1e-2, ppo_epochs=2), batch, rewards, steps=3)
     head = learner.value_head
-    assert head is not None and any(p is q for g in learner.optimizer.param_groups for p in g["params"]
-                                    for q in head.parameters())  # fmt: skip
+    assert head is not None and any(
+        p is q for g in learner.optimizer.param_groups for p in g["params"] for q in head.parameters()
+    )
     assert head.linear.weight.abs().sum() > 0  # moved from its zero init
     assert stats[-1]["vf_loss"] < stats[0]["vf_loss"]
     state = learner.state_dict()

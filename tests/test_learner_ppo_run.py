@@ -14,9 +14,14 @@ from schedrl.orchestrate.sync import train
 from schedrl.train.checkpoint import latest_checkpoint, load_checkpoint
 from schedrl.train.run_dir import RunDir, read_metrics
 
-PPO = {"algo": {"name": "ppo", "advantage": "reward", "vf_coef": 0.5}, "steps": 2, "save_every": 1,
-       "sft": {"steps": 0}, "sampling": {"prompts_per_step": 4, "group_size": 2, "max_new_tokens": 4},
-       "eval": {"tasks": 0}}  # fmt: skip
+PPO = {
+    "algo": {"name": "ppo", "advantage": "reward", "vf_coef": 0.5},
+    "steps": 2,
+    "save_every": 1,
+    "sft": {"steps": 0},
+    "sampling": {"prompts_per_step": 4, "group_size": 2, "max_new_tokens": 4},
+    "eval": {"tasks": 0},
+}
 
 
 @pytest.fixture(autouse=True)

@@ -52,8 +52,22 @@ class _Accelerator:  # one process: gather and reduce are the identity
         return x
 
 
-def trl_loss(logp, old, adv, mask, *, loss_type, epsilon=0.2, epsilon_high=None, beta=0.0, ref=None,
-             level="token", num_items=None, delta=None, bias_correction_kl=False):  # fmt: skip
+def trl_loss(
+    logp,
+    old,
+    adv,
+    mask,
+    *,
+    loss_type,
+    epsilon=0.2,
+    epsilon_high=None,
+    beta=0.0,
+    ref=None,
+    level="token",
+    num_items=None,
+    delta=None,
+    bias_correction_kl=False,
+):
     """TRL's GRPO loss on our tensors; returns (loss, d loss / d logp)."""
     leaf = logp.detach().clone().requires_grad_(True)
     stub = SimpleNamespace(
@@ -130,8 +144,19 @@ def test_grpo_seq_mean_matches_trl_grpo(eps, eps_high, beta):
     trl = trl_loss(
         logp, old, adv, mask, loss_type="grpo", epsilon=eps, epsilon_high=eps_high, beta=beta, ref=ref
     )
-    mine = ours(grpo_loss, logp, old, adv, mask, clip_eps=eps, clip_eps_high=eps_high, agg="seq_mean",
-                ref_logp=ref, kl_coef=beta, kl_estimator="k3")  # fmt: skip
+    mine = ours(
+        grpo_loss,
+        logp,
+        old,
+        adv,
+        mask,
+        clip_eps=eps,
+        clip_eps_high=eps_high,
+        agg="seq_mean",
+        ref_logp=ref,
+        kl_coef=beta,
+        kl_estimator="k3",
+    )
     _assert_same(trl, mine)
 
 
@@ -159,8 +184,18 @@ def test_drgrpo_matches_trl_dr_grpo(eps, eps_high, beta):
     trl = trl_loss(
         logp, old, adv, mask, loss_type="dr_grpo", epsilon=eps, epsilon_high=eps_high, beta=beta, ref=ref
     )
-    mine = ours(drgrpo_loss, logp, old, adv, mask, max_tokens=B * MAX_LEN, clip_eps=eps,
-                clip_eps_high=eps_high, ref_logp=ref, kl_coef=beta)  # fmt: skip
+    mine = ours(
+        drgrpo_loss,
+        logp,
+        old,
+        adv,
+        mask,
+        max_tokens=B * MAX_LEN,
+        clip_eps=eps,
+        clip_eps_high=eps_high,
+        ref_logp=ref,
+        kl_coef=beta,
+    )
     _assert_same(trl, mine)
 
 
@@ -171,10 +206,30 @@ def test_gspo_matches_trl_sequence_level(eps, eps_high, beta, loss_type, agg):
     # TRL importance_sampling_level="sequence": s_i = exp(masked mean of log rho), (B, 1);
     # loss_type "grpo" averages sequences (= GSPO paper), "dapo" weighs them by length
     logp, old, adv, mask, ref = _batch(seed=3, scale=0.1)
-    trl = trl_loss(logp, old, adv, mask, loss_type=loss_type, epsilon=eps, epsilon_high=eps_high, beta=beta,
-                   ref=ref, level="sequence")  # fmt: skip
-    mine = ours(gspo_loss, logp, old, adv, mask, clip_eps=eps, clip_eps_high=eps_high, agg=agg,
-                ref_logp=ref, kl_coef=beta)  # fmt: skip
+    trl = trl_loss(
+        logp,
+        old,
+        adv,
+        mask,
+        loss_type=loss_type,
+        epsilon=eps,
+        epsilon_high=eps_high,
+        beta=beta,
+        ref=ref,
+        level="sequence",
+    )
+    mine = ours(
+        gspo_loss,
+        logp,
+        old,
+        adv,
+        mask,
+        clip_eps=eps,
+        clip_eps_high=eps_high,
+        agg=agg,
+        ref_logp=ref,
+        kl_coef=beta,
+    )
     _assert_same(trl, mine)
 
 
@@ -278,7 +333,7 @@ def _rewards(seed=0, groups=5, g=4):
         ("group", group_advantages, {}),
         ("none", group_advantages, {"std_normalize": False}),
         ("batch", lite_ppo_advantages, {}),
-    ],  # fmt: skip
+    ],
 )
 def test_advantages_match_trl_scale_rewards(scale_rewards, fn, kw):
     for seed in range(3):

@@ -68,8 +68,9 @@ def test_packed_forward_equals_padded_forward_values_and_gradients(default_model
     real = batch.attention_mask.bool()
     weights = torch.randn(batch.input_ids.shape + (model.config.vocab_size,)) * real[..., None]
 
-    padded, g_padded = forward_and_grads(model, weights, input_ids=batch.input_ids,
-                                         attention_mask=batch.attention_mask)  # fmt: skip
+    padded, g_padded = forward_and_grads(
+        model, weights, input_ids=batch.input_ids, attention_mask=batch.attention_mask
+    )
     packed, g_packed = forward_and_grads(model, weights, unpack=p.unpack, **p.model_inputs(torch.float32))
     torch.testing.assert_close(packed[real], padded[real], atol=1e-5, rtol=1e-5)
     assert (packed[~real] == 0).all()
@@ -156,7 +157,9 @@ def test_a_group_longer_than_a_row_repeats_its_prompt():
     p = pack_shared(ids, torch.ones_like(ids), torch.tensor([1, 1, 1]), width=4)
     assert p.input_ids.tolist() == [[5, 7, 7, 7, 8, 8, 8, 0], [5, 9, 9, 9, 0, 0, 0, 0]]
     assert p.position_ids.tolist() == [[0, 1, 2, 3, 1, 2, 3, 0], [0, 1, 2, 3, 0, 0, 0, 0]]
-    assert (p.attention_mask[1, 0, 4:, 4:] == torch.eye(4, dtype=torch.bool)).all()  # padding sees itself only
+    assert (
+        p.attention_mask[1, 0, 4:, 4:] == torch.eye(4, dtype=torch.bool)
+    ).all()  # padding sees itself only
     assert p.unpack(p.input_ids[..., None].float())[..., 0].tolist() == ids.float().tolist()
 
 
@@ -170,24 +173,31 @@ def test_shared_forward_equals_padded_forward_values_and_gradients(default_model
     assert p.input_ids.numel() < pack(batch.input_ids, batch.attention_mask, width=width).input_ids.numel()
     real = batch.attention_mask.bool()
     weights = torch.randn(batch.input_ids.shape + (model.config.vocab_size,)) * real[..., None]
-    padded, g_padded = forward_and_grads(model, weights, input_ids=batch.input_ids,
-                                         attention_mask=batch.attention_mask)  # fmt: skip
+    padded, g_padded = forward_and_grads(
+        model, weights, input_ids=batch.input_ids, attention_mask=batch.attention_mask
+    )
     shared, g_shared = forward_and_grads(model, weights, unpack=p.unpack, **p.model_inputs(torch.float32))
     torch.testing.assert_close(shared[real], padded[real], atol=1e-5, rtol=1e-5)
     for a, b in zip(g_shared, g_padded, strict=True):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
     # without the mask, completions of one prompt see each other: the equality above is not free
-    leaky = p.unpack(model(input_ids=p.input_ids, position_ids=p.position_ids, use_cache=False).logits).detach()
+    leaky = p.unpack(
+        model(input_ids=p.input_ids, position_ids=p.position_ids, use_cache=False).logits
+    ).detach()
     assert (leaky[real] - padded[real]).abs().max() > 1e-2
 
 
-@pytest.mark.parametrize("algo", [AlgoConfig(), AlgoConfig(name="ppo")])  # PPO: the value head reads hidden states
+@pytest.mark.parametrize(
+    "algo", [AlgoConfig(), AlgoConfig(name="ppo")]
+)  # PPO: the value head reads hidden states
 def test_learner_update_is_the_same_with_and_without_shared_prompts(default_model, algo):
     batch, adv = group_batch(seed=5), torch.rand(24, generator=torch.Generator().manual_seed(5))
     out = update_with_and_without(default_model, algo, batch, adv, "share_prompts")
     for share, (_, _, learner) in out.items():
         layout = learner._packing(batch)
-        assert learner.share_prompts == share and (layout is not None and layout.unit_ids is not None) == share
+        assert (
+            learner.share_prompts == share and (layout is not None and layout.unit_ids is not None) == share
+        )
 
 
 class Drops4DMasks(Wrapped):
@@ -237,9 +247,13 @@ def stub(**config):
 
 
 def test_prompts_are_shared_only_under_kernels_that_take_4d_masks():
-    assert takes_4d_masks(stub(_attn_implementation="sdpa")) and takes_4d_masks(stub(_attn_implementation="eager"))
+    assert takes_4d_masks(stub(_attn_implementation="sdpa")) and takes_4d_masks(
+        stub(_attn_implementation="eager")
+    )
     assert not takes_4d_masks(stub(_attn_implementation="flash_attention_2"))  # reads a 2D padding mask only
-    assert not takes_4d_masks(stub(_attn_implementation="sdpa", layer_types=["full_attention", "sliding_attention"]))
+    assert not takes_4d_masks(
+        stub(_attn_implementation="sdpa", layer_types=["full_attention", "sliding_attention"])
+    )
     assert not takes_4d_masks(stub(_attn_implementation="sdpa", sliding_window=4096))
     assert takes_4d_masks(stub(_attn_implementation="sdpa", sliding_window=4096, use_sliding_window=False))
     model = stub(_attn_implementation="flash_attention_2")
@@ -251,8 +265,9 @@ def test_micro_batches_keep_a_group_together_and_count_its_prompt_once(default_m
     batch = collate([[5, 6, 7, 8]] * 4 + [[9, 10, 11]] * 2, [[12, 13]] * 4 + [[14]] * 2, pad_id=0)
     shared = Learner(default_model, OptimConfig(micro_batch_tokens=12), AlgoConfig(), total_steps=1)
     assert [c.tolist() for c in shared._chunks(torch.arange(6), batch)] == [[0, 1, 2, 3], [4, 5]]
-    plain = Learner(default_model, OptimConfig(micro_batch_tokens=12, share_prompts=False), AlgoConfig(),
-                    total_steps=1)  # fmt: skip
+    plain = Learner(
+        default_model, OptimConfig(micro_batch_tokens=12, share_prompts=False), AlgoConfig(), total_steps=1
+    )
     assert [c.tolist() for c in plain._chunks(torch.arange(6), batch)] == [[0, 1], [2, 3], [4, 5]]
 
 
@@ -260,8 +275,10 @@ def test_pack_fewest_shares_only_when_it_saves_tokens():
     grouped = group_batch(seed=4)
     chosen = pack_fewest(grouped.input_ids, grouped.attention_mask, prompt_lengths(grouped))
     assert chosen.unit_ids is not None
-    assert chosen.input_ids.numel() == pack_shared(grouped.input_ids, grouped.attention_mask,
-                                                   prompt_lengths(grouped)).input_ids.numel()  # fmt: skip
+    assert (
+        chosen.input_ids.numel()
+        == pack_shared(grouped.input_ids, grouped.attention_mask, prompt_lengths(grouped)).input_ids.numel()
+    )
     # distinct prompts of 40, 30, 24 tokens: rows of 64 take [40 24] [30] (128); shared rows of 2 x 40
     # take [40 30] [24] (160), so the plain layout is kept
     lengths = [40, 30, 24]

@@ -35,8 +35,17 @@ BASE = {
 
 def _cfg(tmp_path, name, steps=3, save_every=0, **pipeline):
     algo = {**BASE["algo"], "correction": "decoupled"} if pipeline.get("mode") == "async" else BASE["algo"]
-    return config_from_dict({**BASE, "algo": algo, "steps": steps, "save_every": save_every, "pipeline": pipeline,
-                             "out_dir": str(tmp_path), "name": name})  # fmt: skip
+    return config_from_dict(
+        {
+            **BASE,
+            "algo": algo,
+            "steps": steps,
+            "save_every": save_every,
+            "pipeline": pipeline,
+            "out_dir": str(tmp_path),
+            "name": name,
+        }
+    )
 
 
 def _rows(run):
@@ -55,7 +64,10 @@ def ray_env(monkeypatch):
 @pytest.mark.parametrize("engines", [1, 2])
 def test_async_with_k0_is_the_synchronous_loop(tmp_path, engines):
     runs = {}
-    for name, pipeline in [("sync", {}), ("async", {"mode": "async", "backend": "local", "num_engines": engines})]:
+    for name, pipeline in [
+        ("sync", {}),
+        ("async", {"mode": "async", "backend": "local", "num_engines": engines}),
+    ]:
         cfg = _cfg(tmp_path, name, **pipeline)
         if name == "async":  # decoupled PPO with pi_prox = pi_behav = pi_theta is plain PPO: same update
             cfg.algo.correction = "none"
@@ -71,7 +83,7 @@ def test_async_with_k0_is_the_synchronous_loop(tmp_path, engines):
 
 
 def test_ray_pipeline_runs_and_reports(tmp_path, ray_env):
-    cfg = _cfg(tmp_path, "ray", steps=4, mode="async", max_staleness=1, inflight_weight_updates=True)
+    cfg = _cfg(tmp_path, "ray", steps=4, mode="async", max_staleness=1, weight_sync="inflight")
     run = RunDir.create(cfg.out_dir, cfg.name)
     result = train(cfg, run)
     rows = _rows(run)
@@ -131,8 +143,15 @@ def test_thread_pipeline_with_k0_is_the_local_one(tmp_path):
 
 
 def test_thread_pipeline_overlaps_within_the_bound(tmp_path):
-    cfg = _cfg(tmp_path, "overlap", steps=5, mode="async", backend="threads", max_staleness=2,
-               inflight_weight_updates=True)  # fmt: skip
+    cfg = _cfg(
+        tmp_path,
+        "overlap",
+        steps=5,
+        mode="async",
+        backend="threads",
+        max_staleness=2,
+        weight_sync="inflight",
+    )
     run = RunDir.create(cfg.out_dir, cfg.name)
     result = train(cfg, run)
     rows = _rows(run)
@@ -145,11 +164,24 @@ class Crash(RuntimeError):
     pass
 
 
-@pytest.mark.parametrize("pipeline", [
-    {"max_staleness": 1, "partial_rollouts": True, "overprovision": 1.5, "stale": "mask"},
-    {"max_staleness": 2, "inflight_weight_updates": True},
-    {"max_staleness": 2, "inflight_weight_updates": True, "backend": "threads"},  # timing decides the batches
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "pipeline",
+    [
+        {
+            "max_staleness": 1,
+            "consumption": "partial",
+            "weight_sync": "cut_resume",
+            "overprovision": 1.5,
+            "stale": "mask",
+        },
+        {"max_staleness": 2, "weight_sync": "inflight"},
+        {
+            "max_staleness": 2,
+            "weight_sync": "inflight",
+            "backend": "threads",
+        },  # timing decides the batches
+    ],
+)
 def test_resumed_async_run_loses_and_repeats_no_sample(tmp_path, pipeline):
     cfg = _cfg(tmp_path, "crash", steps=6, save_every=2, mode="async", **{"backend": "local", **pipeline})
     run = RunDir.create(cfg.out_dir, cfg.name)
@@ -170,7 +202,9 @@ def test_resumed_async_run_loses_and_repeats_no_sample(tmp_path, pipeline):
     assert len(consumed) == len(set(consumed)) == 6 * cfg.sampling.prompts_per_step
     assert consumed[: len(saved["pipeline"]["consumed"])] == saved["pipeline"]["consumed"]
     left = {g["id"] for g in final["groups"]}
-    issued = {f"train/{w}/{i}" for w in range(final["next_wave"]) for i in range(cfg.sampling.prompts_per_step)}
+    issued = {
+        f"train/{w}/{i}" for w in range(final["next_wave"]) for i in range(cfg.sampling.prompts_per_step)
+    }
     spent = issued - set(consumed) - left  # groups dropped whole as too stale
     assert set(consumed) | left | spent == issued and not (set(consumed) & left)
     assert all(f"{gid}/" in " ".join(final["dropped"]) + " " for gid in spent)
@@ -181,8 +215,9 @@ def test_resumed_partial_sample_continues_exactly_within_budget(tokenizer):
     cfg = config_to_dict(config_from_dict({}))
     weights = cpu_weights(load_policy(config_from_dict({}), None, torch.device("cpu"))[0])
     task = make_task("sort").sample("train", 1, seed=1)[0]
-    requests = group_requests([task] * 3, tokenizer, SamplingParams(12, temperature=0.0, ignore_eos=True), 2,
-                              seed=0, step=0)  # fmt: skip
+    requests = group_requests(
+        [task] * 3, tokenizer, SamplingParams(12, temperature=0.0, ignore_eos=True), 2, seed=0, step=0
+    )
     whole = EngineWorker(cfg, weights, 0)
     whole.add(requests)
     full = {s.request_id: s for s in whole.run(100)}

@@ -62,8 +62,19 @@ class FakeEngine:
 
     def _sample(self, r, toks, vers, reason):
         assert len(toks) <= r.params.max_new_tokens, "a resumed sample outgrew its budget"
-        return Sample(r.id, r.prompt_ids, tuple(toks), tuple(-1.0 for _ in toks), tuple(vers), reason, r.params,
-                      text="", task_id=r.task_id, group_id=r.group_id, sample_index=r.sample_index)  # fmt: skip
+        return Sample(
+            r.id,
+            r.prompt_ids,
+            tuple(toks),
+            tuple(-1.0 for _ in toks),
+            tuple(vers),
+            reason,
+            r.params,
+            text="",
+            task_id=r.task_id,
+            group_id=r.group_id,
+            sample_index=r.sample_index,
+        )
 
     def abort_all(self):
         cut = [self._sample(r, list(r.prefix_ids), list(r.prefix_versions), "aborted") for r in self.waiting]
@@ -135,28 +146,77 @@ def source():
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    k=st.sampled_from([0, 1, 2, "auto"]), partial=st.booleans(), inflight=st.booleans(),
-    overprovision=st.sampled_from([1.0, 1.5, 2.0]), stale=st.sampled_from(["drop", "mask"]),
-    prompts=st.integers(1, 3), group=st.integers(2, 3), max_new=st.integers(1, 6), chunk=st.integers(1, 4),
-    cap=st.integers(1, 8), steps=st.integers(1, 6), seed=st.integers(0, 10_000),
-    data=st.sampled_from(["uniform", "coba", "difficulty_profile"]), engines=st.integers(1, 3),
-)  # fmt: skip
-def test_staleness_bound_and_sample_ledger(tokenizer, source, k, partial, inflight, overprovision, stale, prompts,
-                                           group, max_new, chunk, cap, steps, seed, data, engines):  # fmt: skip
-    cfg = config_from_dict({
-        "steps": steps, "engine": {"max_concurrency": cap},
-        "sampling": {"prompts_per_step": prompts, "group_size": group, "max_new_tokens": max_new},
-        "algo": {"correction": "decoupled"}, "data": {"scheduler": data},
-        "pipeline": {"mode": "async", "backend": "local", "max_staleness": k, "partial_rollouts": partial,
-                     "inflight_weight_updates": inflight, "overprovision": overprovision, "stale": stale,
-                     "engine_chunk_steps": chunk, "staleness_max": 2, "num_engines": engines},
-    })  # fmt: skip
+    k=st.sampled_from([0, 1, 2, "auto"]),
+    partial=st.booleans(),
+    inflight=st.booleans(),
+    overprovision=st.sampled_from([1.0, 1.5, 2.0]),
+    stale=st.sampled_from(["drop", "mask"]),
+    prompts=st.integers(1, 3),
+    group=st.integers(2, 3),
+    max_new=st.integers(1, 6),
+    chunk=st.integers(1, 4),
+    cap=st.integers(1, 8),
+    steps=st.integers(1, 6),
+    seed=st.integers(0, 10_000),
+    data=st.sampled_from(["uniform", "coba", "difficulty_profile"]),
+    engines=st.integers(1, 3),
+)
+def test_staleness_bound_and_sample_ledger(
+    tokenizer,
+    source,
+    k,
+    partial,
+    inflight,
+    overprovision,
+    stale,
+    prompts,
+    group,
+    max_new,
+    chunk,
+    cap,
+    steps,
+    seed,
+    data,
+    engines,
+):
+    cfg = config_from_dict(
+        {
+            "steps": steps,
+            "engine": {"max_concurrency": cap},
+            "sampling": {"prompts_per_step": prompts, "group_size": group, "max_new_tokens": max_new},
+            "algo": {"correction": "decoupled"},
+            "data": {"scheduler": data},
+            "pipeline": {
+                "mode": "async",
+                "backend": "local",
+                "max_staleness": k,
+                "consumption": "partial" if partial else "wave",
+                "weight_sync": "inflight" if inflight else "cut_resume" if partial else "drain",
+                "overprovision": overprovision,
+                "stale": stale,
+                "engine_chunk_steps": chunk,
+                "staleness_max": 2,
+                "num_engines": engines,
+            },
+        }
+    )
     rng = random.Random(seed)
     learner = FakeLearner(rng)
     run = RunDir(Path("/nonexistent/schedrl-run"))  # no checkpoint: the learner would start from the config
     ctx = DataContext(source, cfg.seed, group, steps)  # variable group sizes unless uniform
-    c = Components(cfg, run, torch.nn.Linear(1, 1), tokenizer, source, None, None, RewardScorer(source), None, 0,
-                   data=make_scheduler(data, ctx))  # fmt: skip
+    c = Components(
+        cfg,
+        run,
+        torch.nn.Linear(1, 1),
+        tokenizer,
+        source,
+        None,
+        None,
+        RewardScorer(source),
+        None,
+        0,
+        data=make_scheduler(data, ctx),
+    )
     pipe = CheckedPipeline(c, ShuffledBackend(rng, learner))
     pipe.run()
 

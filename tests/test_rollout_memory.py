@@ -32,9 +32,15 @@ def workload(tokenizer, n=40, seed=0):
     rng = random.Random(seed)
     prompts = ["12+34=", "sort:31415926=", "7+8=", "rev:0123456789="]
     lengths = [rng.choice([2, 3, 4, 30]) for _ in range(n)]
-    return [Request(f"r{i}", tuple(tokenizer(prompts[i % 4]).input_ids),
-                    SamplingParams(max_new_tokens=48, seed=i, ignore_eos=True, stop_token_ids=()), priority=0)
-            for i in range(n)], lengths  # fmt: skip
+    return [
+        Request(
+            f"r{i}",
+            tuple(tokenizer(prompts[i % 4]).input_ids),
+            SamplingParams(max_new_tokens=48, seed=i, ignore_eos=True, stop_token_ids=()),
+            priority=0,
+        )
+        for i in range(n)
+    ], lengths
 
 
 def run_tracking_kv(engine, requests, lengths, learn=False):

@@ -111,9 +111,15 @@ def test_without_the_guard_spt_would_starve():
 
 def test_lpt_in_the_engine_admits_longest_first_and_keeps_outputs(model, tokenizer):
     lengths = [3, 12, 1, 7, 20, 2]
-    reqs = [Request(f"r{i}", tuple(tokenizer("12+3=").input_ids),
-                    SamplingParams(max_new_tokens=n, seed=i, ignore_eos=True), task_id=f"t{i}")
-            for i, n in enumerate(lengths)]  # fmt: skip
+    reqs = [
+        Request(
+            f"r{i}",
+            tuple(tokenizer("12+3=").input_ids),
+            SamplingParams(max_new_tokens=n, seed=i, ignore_eos=True),
+            task_id=f"t{i}",
+        )
+        for i, n in enumerate(lengths)
+    ]
     pred = history({f"t{i}": n for i, n in enumerate(lengths)})
     lpt = HFEngine(model, tokenizer, EngineConfig(max_concurrency=1), admission=LengthOrdered("lpt", pred))
     out = lpt.generate(reqs)
@@ -124,10 +130,22 @@ def test_lpt_in_the_engine_admits_longest_first_and_keeps_outputs(model, tokeniz
 
 
 def test_named_policy_is_built_and_bound_by_the_engine(model, tokenizer):
-    engine = HFEngine(model, tokenizer, EngineConfig(max_concurrency=2, admission="lpt",
-                                                     admission_args={"predictor": "sibling"}))  # fmt: skip
-    reqs = [Request(f"g{g}/{i}", tuple(tokenizer("7+8=").input_ids), SamplingParams(max_new_tokens=6, seed=i),
-                    group_id=f"g{g}", sample_index=i) for g in range(3) for i in range(3)]  # fmt: skip
+    engine = HFEngine(
+        model,
+        tokenizer,
+        EngineConfig(max_concurrency=2, admission="lpt", admission_args={"predictor": "sibling"}),
+    )
+    reqs = [
+        Request(
+            f"g{g}/{i}",
+            tuple(tokenizer("7+8=").input_ids),
+            SamplingParams(max_new_tokens=6, seed=i),
+            group_id=f"g{g}",
+            sample_index=i,
+        )
+        for g in range(3)
+        for i in range(3)
+    ]
     engine.generate(reqs)
     policy = engine.admission
     assert isinstance(policy, LengthOrdered) and not policy.state.running

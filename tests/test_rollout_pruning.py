@@ -51,9 +51,18 @@ def test_success_head_loss_falls_on_a_separable_signal():
 def test_pruned_rollout_keeps_each_group_to_its_size_and_marks_the_rest(model, tokenizer, mode):
     cfg = PruneConfig(keep=3, success_frac=0.5, check_tokens=2, mode=mode)
     prompts = ["12+34=", "sort:31415926=", "rev:0123456789=", "9+9="]
-    reqs = [Request(f"{g}/{i}", tuple(tokenizer(p).input_ids), SamplingParams(max_new_tokens=16, seed=10 * g + i),
-                    task_id=str(g), group_id=str(g), sample_index=i)
-            for g, p in enumerate(prompts) for i in range(6)]  # fmt: skip
+    reqs = [
+        Request(
+            f"{g}/{i}",
+            tuple(tokenizer(p).input_ids),
+            SamplingParams(max_new_tokens=16, seed=10 * g + i),
+            task_id=str(g),
+            group_id=str(g),
+            sample_index=i,
+        )
+        for g, p in enumerate(prompts)
+        for i in range(6)
+    ]
     engine = HFEngine(model, tokenizer, EngineConfig(max_concurrency=8))
     head = SuccessHead()
     samples = pruned_rollout(engine, reqs, head, lambda s: float(len(s.token_ids) % 2), cfg)

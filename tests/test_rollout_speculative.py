@@ -14,8 +14,15 @@ PROMPTS = ["12+34=", "sort:31415926=", "rev:0123456789=", "cd:3,5,7>22=", "9+9="
 
 
 def requests(tokenizer, params, tag, prompts=PROMPTS, seed0=0):
-    return [Request(f"{tag}{i}", tuple(tokenizer(p).input_ids), SamplingParams(**{**vars(params), "seed": seed0 + i}),
-                    task_id=f"t{i}") for i, p in enumerate(prompts)]  # fmt: skip
+    return [
+        Request(
+            f"{tag}{i}",
+            tuple(tokenizer(p).input_ids),
+            SamplingParams(**{**vars(params), "seed": seed0 + i}),
+            task_id=f"t{i}",
+        )
+        for i, p in enumerate(prompts)
+    ]
 
 
 def finish(engine, items):
@@ -34,8 +41,9 @@ def test_greedy_verification_accepts_only_the_current_policys_tokens(model, othe
     drafts = HFEngine(other_model, tokenizer).generate(requests(tokenizer, draft_params, "d"))
     greedy = SamplingParams(max_new_tokens=20, temperature=0)
     reqs = requests(tokenizer, greedy, "g")
-    items, stats = verify_drafts(model, reqs, drafts, eos_ids=eos(model, tokenizer), tokenizer=tokenizer,
-                                 draft_model=other_model)  # fmt: skip
+    items, stats = verify_drafts(
+        model, reqs, drafts, eos_ids=eos(model, tokenizer), tokenizer=tokenizer, draft_model=other_model
+    )
     for item in items:  # every kept token is the current model's argmax after its prefix
         toks = list(item.prefix_ids if isinstance(item, Request) else item.token_ids)
         with torch.no_grad():
@@ -54,8 +62,9 @@ def test_greedy_verification_accepts_only_the_current_policys_tokens(model, othe
 def test_a_draft_from_the_same_greedy_policy_is_accepted_whole(model, tokenizer):
     greedy = SamplingParams(max_new_tokens=20, temperature=0)
     drafts = HFEngine(model, tokenizer).generate(requests(tokenizer, greedy, "d"))
-    items, stats = verify_drafts(model, requests(tokenizer, greedy, "g"), drafts, eos_ids=eos(model, tokenizer),
-                                 tokenizer=tokenizer)  # fmt: skip
+    items, stats = verify_drafts(
+        model, requests(tokenizer, greedy, "g"), drafts, eos_ids=eos(model, tokenizer), tokenizer=tokenizer
+    )
     assert stats.accepted == stats.draft_tokens and stats.rejected == 0
     assert all(isinstance(s, Sample) for s in items) and stats.completed == len(items)
     assert [s.token_ids for s in items] == [d.token_ids for d in drafts]
@@ -93,7 +102,7 @@ def expected_tv(p, n):
     [
         SamplingParams(max_new_tokens=2, temperature=1.0, ignore_eos=True),
         SamplingParams(max_new_tokens=2, temperature=0.8, top_k=4, ignore_eos=True),
-    ],  # fmt: skip
+    ],
     ids=["temperature", "top_k"],
 )
 def test_sampled_verification_follows_the_current_policy(model, older_model, tokenizer, current):
@@ -109,8 +118,15 @@ def test_sampled_verification_follows_the_current_policy(model, older_model, tok
     reqs = [
         Request(f"c{i}", prompt, SamplingParams(**{**vars(current), "seed": 10**6 + i})) for i in range(n)
     ]
-    items, stats = verify_drafts(model, reqs, drafts, eos_ids=eos(model, tokenizer), tokenizer=tokenizer,
-                                 draft_model=older_model, seed=7)  # fmt: skip
+    items, stats = verify_drafts(
+        model,
+        reqs,
+        drafts,
+        eos_ids=eos(model, tokenizer),
+        tokenizer=tokenizer,
+        draft_model=older_model,
+        seed=7,
+    )
     assert stats.accepted > n / 10 and stats.rejected > n / 5, stats  # both paths are exercised
     out = finish(HFEngine(model, tokenizer, EngineConfig(max_concurrency=256)), items)
     vocab = model.config.vocab_size

@@ -19,10 +19,17 @@ PROMPTS = ["12+34=", "sort:31415926=", "rev:0123456789=", "9+9="]
 
 def _requests(tokenizer, step, params):
     return [
-        Request(f"s{step}-{i}-{j}", tuple(tokenizer(p).input_ids), SamplingParams(**{**vars(params), "seed": 7 * step + j}),
-                task_id=f"t{i}", group_id=f"s{step}-{i}", sample_index=j)
-        for i, p in enumerate(PROMPTS) for j in range(2)
-    ]  # fmt: skip
+        Request(
+            f"s{step}-{i}-{j}",
+            tuple(tokenizer(p).input_ids),
+            SamplingParams(**{**vars(params), "seed": 7 * step + j}),
+            task_id=f"t{i}",
+            group_id=f"s{step}-{i}",
+            sample_index=j,
+        )
+        for i, p in enumerate(PROMPTS)
+        for j in range(2)
+    ]
 
 
 def _cfg(**rollout):
@@ -76,8 +83,14 @@ def test_draft_store_forgets_drafts_too_old_to_use():
 
     params = SamplingParams(max_new_tokens=4)
     store = DraftStore()
-    store.put([Sample(f"r{v}", (1,), (5, 6), (-1.0, -1.0), (v, v), "stop", params, task_id=f"t{v}", sample_index=0)
-               for v in range(4)])  # fmt: skip
+    store.put(
+        [
+            Sample(
+                f"r{v}", (1,), (5, 6), (-1.0, -1.0), (v, v), "stop", params, task_id=f"t{v}", sample_index=0
+            )
+            for v in range(4)
+        ]
+    )
     store.drop_before(2)
     assert len(store) == 2
     req = lambda t: Request("x", (1,), params, task_id=t, sample_index=0)  # noqa: E731
@@ -85,12 +98,20 @@ def test_draft_store_forgets_drafts_too_old_to_use():
 
 
 def _train(tmp_path, name, steps=3, **over):
-    cfg = config_from_dict({
-        "task": {"name": "addition"}, "steps": steps, "save_every": 0, "out_dir": str(tmp_path), "name": name,
-        "sft": {"steps": 30, "batch_size": 32, "lr": 1e-3}, "min_start_reward": 0.0,
-        "sampling": {"prompts_per_step": 8, "group_size": 6, "max_new_tokens": 8}, "eval": {"tasks": 4, "k": 1},
-        **over,
-    })  # fmt: skip
+    cfg = config_from_dict(
+        {
+            "task": {"name": "addition"},
+            "steps": steps,
+            "save_every": 0,
+            "out_dir": str(tmp_path),
+            "name": name,
+            "sft": {"steps": 30, "batch_size": 32, "lr": 1e-3},
+            "min_start_reward": 0.0,
+            "sampling": {"prompts_per_step": 8, "group_size": 6, "max_new_tokens": 8},
+            "eval": {"tasks": 4, "k": 1},
+            **over,
+        }
+    )
     run = RunDir.create(cfg.out_dir, cfg.name)
     train(cfg, run)
     return [r for r in read_metrics(run.metrics_path) if "reward_mean" in r]
@@ -106,21 +127,29 @@ def test_training_with_speculative_reuse_verifies_drafts_of_repeated_tasks(tmp_p
 
 @pytest.mark.parametrize("mode", ["drop", "keep"])
 def test_training_with_pruning_keeps_the_configured_group_size(tmp_path, mode):
-    rows = _train(tmp_path, f"prune-{mode}", steps=2, task={"name": "sort", "args": {"min_len": 4, "max_len": 6}},
-                  rollout={"prune_keep": 3, "prune_mode": mode, "prune_check_tokens": 1})  # fmt: skip
+    rows = _train(
+        tmp_path,
+        f"prune-{mode}",
+        steps=2,
+        task={"name": "sort", "args": {"min_len": 4, "max_len": 6}},
+        rollout={"prune_keep": 3, "prune_mode": mode, "prune_check_tokens": 1},
+    )
     for r in rows:  # judged after every member's first token: 3 of 6 cut in each of the 8 groups
         assert r["pruned_samples"] == 8 * 3
         trained = r["gen_tokens"] / r["completion_len_mean"]  # samples in the batch
         assert round(trained) == (8 * 3 if mode == "drop" else 8 * 6)
 
 
-@pytest.mark.parametrize("rollout, pipeline, field", [
-    ({"prune_keep": 6}, {}, "rollout.prune_keep"),
-    ({"prune_keep": 1}, {}, "rollout.prune_keep"),
-    ({"speculative": True, "prune_keep": 3}, {}, "rollout.speculative"),
-    ({"speculative": True}, {"mode": "async", "backend": "local"}, "rollout.speculative"),
-    ({"draft_versions": 0}, {}, "rollout.draft_versions"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "rollout, pipeline, field",
+    [
+        ({"prune_keep": 6}, {}, "rollout.prune_keep"),
+        ({"prune_keep": 1}, {}, "rollout.prune_keep"),
+        ({"speculative": True, "prune_keep": 3}, {}, "rollout.speculative"),
+        ({"speculative": True}, {"mode": "async", "backend": "local"}, "rollout.speculative"),
+        ({"draft_versions": 0}, {}, "rollout.draft_versions"),
+    ],
+)
 def test_bad_rollout_settings_name_the_field(rollout, pipeline, field):
     with pytest.raises(ConfigError, match=field):
         config_from_dict({"sampling": {"group_size": 6}, "rollout": rollout, "pipeline": pipeline})

@@ -85,8 +85,10 @@ def test_torch_threads_are_one_while_running_and_restored():
     assert torch.get_num_threads() == before
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="needs thread affinity and 2 cores")  # fmt: skip
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs thread affinity and 2 cores",
+)
 def test_worker_threads_are_pinned_to_their_cores_and_the_caller_is_not(backend):
     from schedrl.distributed.workers import pin
 

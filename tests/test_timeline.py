@@ -16,7 +16,10 @@ def test_recorder_merges_touching_spans_of_one_kind():
     r.add("prefill", 2.0, 2.5)
     r.add("decode", 3.0, 4.0)  # a gap: a new span
     assert [(s.kind, s.start, s.end) for s in r.drain()] == [
-        ("decode", 0.0, 2.0), ("prefill", 2.0, 2.5), ("decode", 3.0, 4.0)]
+        ("decode", 0.0, 2.0),
+        ("prefill", 2.0, 2.5),
+        ("decode", 3.0, 4.0),
+    ]
     assert r.drain() == []
     with pytest.raises(ValueError, match="unknown span kind 'nap'"):
         r.add("nap", 0, 1)
@@ -24,8 +27,10 @@ def test_recorder_merges_touching_spans_of_one_kind():
 
 def test_idle_fractions_by_hand():
     spans = [
-        Span("engine", "decode", 0.0, 4.0), Span("engine", "weight-sync", 6.0, 7.0),
-        Span("learner", "train", 2.0, 6.0), Span("learner", "weight-sync", 5.0, 8.0),  # overlap counted once
+        Span("engine", "decode", 0.0, 4.0),
+        Span("engine", "weight-sync", 6.0, 7.0),
+        Span("learner", "train", 2.0, 6.0),
+        Span("learner", "weight-sync", 5.0, 8.0),  # overlap counted once
         Span("learner", "wait", 0.0, 2.0),
     ]
     f = busy_fractions(spans)  # the window is 0..8 s
@@ -38,7 +43,9 @@ def test_idle_fractions_by_hand():
 
 
 def test_report_writes_png_and_html(tmp_path, capsys):
-    append_spans(tmp_path / TIMELINE_FILE, [Span("engine", "decode", 10.0, 11.0), Span("learner", "train", 10.5, 12)])
+    append_spans(
+        tmp_path / TIMELINE_FILE, [Span("engine", "decode", 10.0, 11.0), Span("learner", "train", 10.5, 12)]
+    )
     assert read_spans(tmp_path / TIMELINE_FILE)[1].kind == "train"
     assert main(["report", str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -51,6 +58,8 @@ def test_report_writes_png_and_html(tmp_path, capsys):
 def test_report_errors_name_the_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="timeline.jsonl"):
         write_report(tmp_path)
-    (tmp_path / TIMELINE_FILE).write_text('{"worker": "e", "kind": "decode", "start": 0, "end": 1}\nnot json\n')
+    (tmp_path / TIMELINE_FILE).write_text(
+        '{"worker": "e", "kind": "decode", "start": 0, "end": 1}\nnot json\n'
+    )
     with pytest.raises(ValueError, match=r"timeline.jsonl:2"):
         write_report(tmp_path)

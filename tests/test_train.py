@@ -16,9 +16,13 @@ from schedrl.orchestrate.sync import train
 from schedrl.train.run_dir import RunDir, read_metrics
 
 TIMING = {"gen_s", "train_s", "step_s", "tokens_per_s"}
-REVERSE = {"task": {"name": "reverse", "args": {"min_len": 2, "max_len": 3}},
-           "sampling": {"prompts_per_step": 16, "group_size": 8, "max_new_tokens": 4},
-           "sft": {"steps": 45}, "optim": {"lr": 3e-4}, "eval": {"tasks": 16, "k": 2}}  # fmt: skip
+REVERSE = {
+    "task": {"name": "reverse", "args": {"min_len": 2, "max_len": 3}},
+    "sampling": {"prompts_per_step": 16, "group_size": 8, "max_new_tokens": 4},
+    "sft": {"steps": 45},
+    "optim": {"lr": 3e-4},
+    "eval": {"tasks": 16, "k": 2},
+}
 
 
 def test_short_run_reward_rises(tmp_path):
@@ -82,9 +86,14 @@ def test_reward_function_that_raises(tmp_path, monkeypatch):
     rows = [{"prompt": f"{'boom' if i % 10 == 0 else 'ok'}{i}=", "answer": str(i)} for i in range(200)]
     data = tmp_path / "tasks.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in rows))
-    base = {"steps": 2, "save_every": 0, "sft": {"steps": 0}, "eval": {"tasks": 0},
-            "task": {"name": "file", "args": {"path": str(data), "reward": "flaky_reward:sometimes"}},
-            "sampling": {"prompts_per_step": 16, "group_size": 4, "max_new_tokens": 3}}  # fmt: skip
+    base = {
+        "steps": 2,
+        "save_every": 0,
+        "sft": {"steps": 0},
+        "eval": {"tasks": 0},
+        "task": {"name": "file", "args": {"path": str(data), "reward": "flaky_reward:sometimes"}},
+        "sampling": {"prompts_per_step": 16, "group_size": 4, "max_new_tokens": 3},
+    }
     train(config_from_dict({**base, "max_reward_error_rate": 0.5}), RunDir.create(tmp_path, "ok"))
     logged = [
         r["reward_errors"] for r in read_metrics(tmp_path / "ok" / "metrics.jsonl") if "reward_errors" in r

@@ -12,7 +12,7 @@ from torch import Tensor
 from schedrl.algos.registry import register
 
 
-def _check(rewards: Tensor, group_index: Tensor) -> None:
+def check_groups(rewards: Tensor, group_index: Tensor) -> None:
     if rewards.dim() != 1 or group_index.shape != rewards.shape:
         raise ValueError(
             f"rewards and group_index must both be (N,); got {tuple(rewards.shape)} and {tuple(group_index.shape)}"
@@ -31,7 +31,7 @@ def group_stats(rewards: Tensor, group_index: Tensor) -> tuple[Tensor, Tensor]:
 
     Returns (mean (N,), std (N,)), computed from ``rewards.detach()``.
     """
-    _check(rewards, group_index)
+    check_groups(rewards, group_index)
     r = rewards.detach()
     r = r if r.is_floating_point() else r.float()
     _, inv = torch.unique(group_index, return_inverse=True)  # (N,) compact labels in [0, G)
@@ -84,6 +84,6 @@ def raw_reward(
     prompt, PACS's reward-as-label. ``std_normalize`` and ``eps`` are accepted for the estimator contract
     and ignored: any scaling would change PACS's labels or the critics' targets.
     """
-    _check(rewards, group_index)
+    check_groups(rewards, group_index)
     r = rewards.detach()
     return r if r.is_floating_point() else r.float()

@@ -17,6 +17,7 @@ from torch import Tensor
 from schedrl.algos.advantages import group_stats
 from schedrl.algos.losses import KL_ESTIMATORS, grpo_loss, kl_penalty, ppo_clip_loss
 from schedrl.algos.registry import register
+from schedrl.algos.spec import LossSpec
 
 
 def masked_kl(
@@ -40,7 +41,12 @@ def masked_kl(
     return kl_t.masked_fill(~m, 0.0)
 
 
-@register("loss", "drgrpo", "PPO-clip token sum / constant max_tokens: no length bias (Dr. GRPO)")
+@register(
+    "loss",
+    "drgrpo",
+    "PPO-clip token sum / constant max_tokens: no length bias (Dr. GRPO)",
+    LossSpec(frozenset({"ref_logp"}), "constant", ("clip_eps", "clip_eps_high", "kl_coef", "kl_estimator")),
+)
 def drgrpo_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -87,7 +93,16 @@ def drgrpo_loss(
     return loss, stats
 
 
-@register("loss", "dapo", "token-mean PPO-clip with clip-higher eps_high=0.28 (DAPO)")
+@register(
+    "loss",
+    "dapo",
+    "token-mean PPO-clip with clip-higher eps_high=0.28 (DAPO)",
+    LossSpec(
+        frozenset({"ref_logp"}),
+        options=("clip_eps", "clip_eps_high", "kl_coef", "kl_estimator"),
+        correctable=True,
+    ),
+)
 def dapo_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -117,10 +132,17 @@ def dapo_loss(
     if agg != "token_mean":
         raise ValueError(f"dapo_loss is token-level by definition; agg must be 'token_mean', got {agg!r}")
     return grpo_loss(
-        logp, old_logp, adv, mask,
-        clip_eps=clip_eps, clip_eps_high=clip_eps_high, agg="token_mean",
-        ref_logp=ref_logp, kl_coef=kl_coef, kl_estimator=kl_estimator,
-    )  # fmt: skip
+        logp,
+        old_logp,
+        adv,
+        mask,
+        clip_eps=clip_eps,
+        clip_eps_high=clip_eps_high,
+        agg="token_mean",
+        ref_logp=ref_logp,
+        kl_coef=kl_coef,
+        kl_estimator=kl_estimator,
+    )
 
 
 def overlong_reward_shaping(lengths: Tensor, max_len: int, cache_len: int) -> Tensor:

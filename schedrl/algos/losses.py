@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from schedrl.algos.registry import register
+from schedrl.algos.spec import LossSpec
 
 AGGS: tuple[str, ...] = ("token_mean", "seq_mean")
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
@@ -41,7 +42,7 @@ def masked_mean(x: Tensor, mask: Tensor, agg: str = "token_mean") -> Tensor:
     return per_seq.sum() / (n > 0).sum().clamp(min=1)
 
 
-def _broadcast_adv(adv: Tensor, logp: Tensor) -> Tensor:
+def broadcast_adv(adv: Tensor, logp: Tensor) -> Tensor:
     if adv.dim() == 1 and adv.shape[0] == logp.shape[0]:
         return adv[:, None]  # (B,) -> (B, 1): one advantage per sequence
     if adv.shape == logp.shape:
@@ -49,7 +50,12 @@ def _broadcast_adv(adv: Tensor, logp: Tensor) -> Tensor:
     raise ValueError(f"adv must be (B,) or (B, T) for logp {tuple(logp.shape)}; got {tuple(adv.shape)}")
 
 
-@register("loss", "ppo_clip", "PPO clipped surrogate -min(r A, clip(r, 1-eps_low, 1+eps_high) A)")
+@register(
+    "loss",
+    "ppo_clip",
+    "PPO clipped surrogate -min(r A, clip(r, 1-eps_low, 1+eps_high) A)",
+    LossSpec(options=("clip_eps", "clip_eps_high")),
+)
 def ppo_clip_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -79,7 +85,7 @@ def ppo_clip_loss(
     if not 0.0 <= eps_low < 1.0 or eps_high < 0.0:
         raise ValueError(f"need 0 <= clip_eps < 1 and clip_eps_high >= 0; got {eps_low} and {eps_high}")
     m = mask.bool()
-    a = _broadcast_adv(adv.detach().to(logp.dtype), logp)  # (B, 1) or (B, T)
+    a = broadcast_adv(adv.detach().to(logp.dtype), logp)  # (B, 1) or (B, T)
     log_ratio = (logp - old_logp.detach()).masked_fill(~m, 0.0)  # (B, T); padding -> rho = 1, no overflow
     ratio = log_ratio.exp()  # rho_t
     unclipped = ratio * a  # rho A
@@ -142,7 +148,16 @@ def token_logprobs(logits: Tensor, tokens: Tensor, temperature: float = 1.0) -> 
     return picked - torch.logsumexp(z, dim=-1)  # z_y - logsumexp(z)
 
 
-@register("loss", "grpo", "PPO-clip surrogate + kl_coef * KL(pi_theta || pi_ref) (GRPO)")
+@register(
+    "loss",
+    "grpo",
+    "PPO-clip surrogate + kl_coef * KL(pi_theta || pi_ref) (GRPO)",
+    LossSpec(
+        frozenset({"ref_logp"}),
+        options=("clip_eps", "clip_eps_high", "kl_coef", "kl_estimator"),
+        correctable=True,
+    ),
+)
 def grpo_loss(
     logp: Tensor,
     old_logp: Tensor,

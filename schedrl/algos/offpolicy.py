@@ -24,8 +24,17 @@ import torch
 from torch import Tensor
 
 from schedrl.algos.grpo_variants import masked_kl
-from schedrl.algos.losses import _broadcast_adv, grpo_loss, kl_penalty, masked_mean
-from schedrl.algos.registry import register
+from schedrl.algos.losses import broadcast_adv, grpo_loss, kl_penalty, masked_mean
+from schedrl.algos.registry import available, loss_spec, register
+from schedrl.algos.spec import LossSpec
+
+# algo.correction -> the registered loss that replaces the PPO-clip surrogate of algo.name
+CORRECTIONS = {"decoupled": "decoupled_ppo", "tis": "tis", "cross_stage": "cross_stage_is"}
+
+
+def correctable_losses() -> list[str]:
+    """The registered losses whose PPO-clip surrogate an off-policy correction may replace."""
+    return [n for n in available("loss") if loss_spec(n).correctable]
 
 
 def _check_cap(is_cap: float | None) -> float:
@@ -77,7 +86,7 @@ def _weighted_ppo(
     logp: Tensor, prox_logp: Tensor, adv: Tensor, mask: Tensor, w: Tensor, **kw
 ) -> tuple[Tensor, dict[str, float]]:
     """-min(r A, clip(r) A) * w with r = pi_theta / pi_prox: since w >= 0, it is PPO-clip on w A."""
-    a = _broadcast_adv(adv.detach().to(logp.dtype), logp)  # (B, 1) or (B, T)
+    a = broadcast_adv(adv.detach().to(logp.dtype), logp)  # (B, 1) or (B, T)
     loss, stats = grpo_loss(logp, prox_logp, w.to(logp.dtype) * a, mask, **kw)
     m = mask.bool()
     stats["is_weight_mean"] = masked_mean(w, m).item()
@@ -88,6 +97,11 @@ def _weighted_ppo(
     "loss",
     "decoupled_ppo",
     "PPO-clip around pi_prox times sg(min(pi_prox / pi_behav, C)) (AReaL decoupled PPO)",
+    LossSpec(
+        frozenset({"behav_logp", "ref_logp"}),
+        options=("is_cap", "clip_eps", "clip_eps_high", "kl_coef", "kl_estimator"),
+        correction=True,
+    ),
 )
 def decoupled_ppo_loss(
     logp: Tensor,
@@ -117,12 +131,28 @@ def decoupled_ppo_loss(
     """
     w = is_weight(old_logp, behav_logp, mask, is_cap)
     return _weighted_ppo(
-        logp, old_logp, adv, mask, w, clip_eps=clip_eps, clip_eps_high=clip_eps_high, agg=agg,
-        ref_logp=ref_logp, kl_coef=kl_coef, kl_estimator=kl_estimator,
-    )  # fmt: skip
+        logp,
+        old_logp,
+        adv,
+        mask,
+        w,
+        clip_eps=clip_eps,
+        clip_eps_high=clip_eps_high,
+        agg=agg,
+        ref_logp=ref_logp,
+        kl_coef=kl_coef,
+        kl_estimator=kl_estimator,
+    )
 
 
-@register("loss", "tis", "truncated IS policy gradient: -sg(min(pi_theta / pi_behav, C)) A log pi_theta")
+@register(
+    "loss",
+    "tis",
+    "truncated IS policy gradient: -sg(min(pi_theta / pi_behav, C)) A log pi_theta",
+    LossSpec(
+        frozenset({"behav_logp", "ref_logp"}), options=("is_cap", "kl_coef", "kl_estimator"), correction=True
+    ),
+)
 def tis_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -155,7 +185,7 @@ def tis_loss(
     cap = _check_cap(is_cap)
     kl_t = masked_kl(logp, ref_logp, mask, kl_coef, kl_estimator)  # validates eagerly
     m = mask.bool()
-    a = _broadcast_adv(adv.detach().to(logp.dtype), logp)
+    a = broadcast_adv(adv.detach().to(logp.dtype), logp)
     w = is_weight(logp, behav_logp, mask, cap)  # sg(min(pi_theta / pi_behav, C))
     loss = masked_mean(-w * a * logp.masked_fill(~m, 0.0), m, agg)  # -sg(w) A log pi_theta
     if kl_t is not None:
@@ -203,9 +233,15 @@ def cross_stage_weight(
 
 
 @register(
-    "loss", "cross_stage_is",
+    "loss",
+    "cross_stage_is",
     "decoupled PPO whose IS weight corrects only tokens of older policy stages, by their stage (CoPRIS)",
-)  # fmt: skip
+    LossSpec(
+        frozenset({"behav_logp", "versions", "ref_logp"}),
+        options=("is_cap", "clip_eps", "clip_eps_high", "kl_coef", "kl_estimator"),
+        correction=True,
+    ),
+)
 def cross_stage_is_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -244,8 +280,17 @@ def cross_stage_is_loss(
     """
     w, stale = cross_stage_weight(old_logp, behav_logp, versions, prox_version, mask, is_cap)
     loss, stats = _weighted_ppo(
-        logp, old_logp, adv, mask, w, clip_eps=clip_eps, clip_eps_high=clip_eps_high, agg=agg,
-        ref_logp=ref_logp, kl_coef=kl_coef, kl_estimator=kl_estimator,
-    )  # fmt: skip
+        logp,
+        old_logp,
+        adv,
+        mask,
+        w,
+        clip_eps=clip_eps,
+        clip_eps_high=clip_eps_high,
+        agg=agg,
+        ref_logp=ref_logp,
+        kl_coef=kl_coef,
+        kl_estimator=kl_estimator,
+    )
     stats["stale_token_frac"] = masked_mean(stale.to(logp.dtype), mask.bool()).item()
     return loss, stats

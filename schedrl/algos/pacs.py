@@ -14,10 +14,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from schedrl.algos.registry import register
+from schedrl.algos.spec import LossSpec
 
 
 @register(
-    "loss", "pacs", "BCE(sigmoid(leave-one-out score of beta log pi_theta/pi_old), reward label) (PACS)"
+    "loss",
+    "pacs",
+    "BCE(sigmoid(leave-one-out score of beta log pi_theta/pi_old), reward label) (PACS)",
+    LossSpec(frozenset({"groups"}), "sequence", ("pacs_beta",)),
 )
 def pacs_loss(
     logp: Tensor,

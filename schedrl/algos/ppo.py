@@ -20,6 +20,7 @@ from torch import Tensor
 
 from schedrl.algos.losses import grpo_loss, masked_mean
 from schedrl.algos.registry import register
+from schedrl.algos.spec import LossSpec
 
 
 def _float(x: Tensor) -> Tensor:
@@ -153,7 +154,24 @@ def ppo_advantages(
     return (whiten(adv, mask) if normalize else adv), returns
 
 
-@register("loss", "ppo", "PPO-clip on GAE token advantages + vf_coef * clipped value loss (value head)")
+def gae_token_advantages(
+    scores: Tensor, old_values: Tensor, mask: Tensor, *, gae_gamma: float, gae_lambda: float
+) -> tuple[Tensor, Tensor]:
+    """`ppo_advantages` under the config's names: what the learner calls for a loss with input "returns"."""
+    return ppo_advantages(scores, old_values, mask, gae_gamma, gae_lambda)
+
+
+@register(
+    "loss",
+    "ppo",
+    "PPO-clip on GAE token advantages + vf_coef * clipped value loss (value head)",
+    LossSpec(
+        frozenset({"values", "returns", "ref_logp"}),
+        options=("vf_coef", "vf_clip", "clip_eps", "clip_eps_high", "kl_coef", "kl_estimator"),
+        token_advantages=gae_token_advantages,
+        advantage_options=("gae_gamma", "gae_lambda"),
+    ),
+)
 def ppo_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -192,9 +210,17 @@ def ppo_loss(
             f"ppo_loss needs token advantages (B, T) = {tuple(logp.shape)}; got {tuple(adv.shape)}"
         )
     loss, stats = grpo_loss(
-        logp, old_logp, adv, mask, clip_eps=clip_eps, clip_eps_high=clip_eps_high, agg=agg,
-        ref_logp=ref_logp, kl_coef=kl_coef, kl_estimator=kl_estimator,
-    )  # fmt: skip
+        logp,
+        old_logp,
+        adv,
+        mask,
+        clip_eps=clip_eps,
+        clip_eps_high=clip_eps_high,
+        agg=agg,
+        ref_logp=ref_logp,
+        kl_coef=kl_coef,
+        kl_estimator=kl_estimator,
+    )
     v_loss, v_stats = value_loss(values, old_values, returns, mask, clip_range=vf_clip, agg=agg)
     stats |= v_stats
     stats["vf_loss"] = v_loss.item()

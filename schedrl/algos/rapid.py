@@ -17,12 +17,14 @@ from torch import Tensor
 
 from schedrl.algos.losses import masked_mean
 from schedrl.algos.registry import register
+from schedrl.algos.spec import LossSpec
 
 
 @register(
     "loss",
     "rapid",
     "group advantage x sg(min(pi_theta / pi_old, C)) sequence IS weight, off-policy minibatches (RAPID)",
+    LossSpec(options=("is_cap",)),
 )
 def rapid_loss(
     logp: Tensor,

@@ -16,11 +16,17 @@ import torch
 from torch import Tensor
 
 from schedrl.algos.grpo_variants import masked_kl
-from schedrl.algos.losses import _broadcast_adv, masked_mean
+from schedrl.algos.losses import broadcast_adv, masked_mean
 from schedrl.algos.registry import register
+from schedrl.algos.spec import LossSpec
 
 
-@register("loss", "gspo", "PPO-clip on the sequence ratio exp(mean_t log rho_t), one A per sequence (GSPO)")
+@register(
+    "loss",
+    "gspo",
+    "PPO-clip on the sequence ratio exp(mean_t log rho_t), one A per sequence (GSPO)",
+    LossSpec(frozenset({"ref_logp"}), options=("clip_eps", "clip_eps_high", "kl_coef", "kl_estimator")),
+)
 def gspo_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -84,7 +90,10 @@ def gspo_loss(
 
 
 @register(
-    "loss", "cispo", "REINFORCE weighted by sg(clip(rho, 1-eps_low, 1+eps_high)), no token dropped (CISPO)"
+    "loss",
+    "cispo",
+    "REINFORCE weighted by sg(clip(rho, 1-eps_low, 1+eps_high)), no token dropped (CISPO)",
+    LossSpec(frozenset({"ref_logp"}), options=("clip_eps", "clip_eps_high", "kl_coef", "kl_estimator")),
 )
 def cispo_loss(
     logp: Tensor,
@@ -123,7 +132,7 @@ def cispo_loss(
         raise ValueError(f"need 0 <= clip_eps <= 1 and clip_eps_high >= 0; got {eps_low} and {eps_high}")
     kl_t = masked_kl(logp, ref_logp, mask, kl_coef, kl_estimator)  # validates eagerly
     m = mask.bool()
-    a = _broadcast_adv(adv.detach().to(logp.dtype), logp)  # (B, 1) or (B, T)
+    a = broadcast_adv(adv.detach().to(logp.dtype), logp)  # (B, 1) or (B, T)
     log_ratio = (logp - old_logp.detach()).masked_fill(~m, 0.0)  # (B, T)
     ratio = log_ratio.exp()  # rho_t
     w = ratio.clamp(1.0 - eps_low, 1.0 + eps_high).detach()  # sg(clip(rho))

@@ -1,12 +1,14 @@
 """Registry of advantage estimators and losses: pick a variant by name, never by a ``loss_type`` flag.
 
-    @register("loss", "grpo", "PPO-clip surrogate plus optional KL to a reference policy")
+    @register("loss", "grpo", "PPO-clip surrogate plus optional KL", LossSpec(inputs=frozenset({"ref_logp"})))
     def grpo_loss(logp, old_logp, adv, mask, **kw): ...
 
     loss_fn = get("loss", "grpo")
+    needs = loss_spec("grpo").inputs
 
-Every loss shares the signature ``(logp, old_logp, adv, mask, **kw) -> (loss, stats)``; every
-advantage estimator takes ``(rewards, group_index, **kw) -> adv``.
+Every loss shares the signature ``(logp, old_logp, adv, mask, **kw) -> (loss, stats)`` and is
+registered with the `LossSpec` of what it needs; every advantage estimator takes
+``(rewards, group_index, **kw) -> adv``.
 """
 
 from __future__ import annotations
@@ -14,26 +16,32 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from schedrl.algos.spec import Loss, LossSpec
+from schedrl.registry import Registry
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 KINDS: tuple[str, ...] = ("advantage", "loss")
-_REGISTRY: dict[str, dict[str, tuple[Callable[..., Any], str]]] = {kind: {} for kind in KINDS}
+ADVANTAGES: Registry[Callable[..., Any]] = Registry("advantage")
+LOSSES: Registry[Loss] = Registry("loss")
 
 
-def _table(kind: str) -> dict[str, tuple[Callable[..., Any], str]]:
-    if kind not in _REGISTRY:
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; valid: {', '.join(KINDS)}")
-    return _REGISTRY[kind]
 
 
-def register(kind: str, name: str, description: str) -> Callable[[F], F]:
-    """Decorator storing a function under ``(kind, name)``; a name may be registered only once."""
-    table = _table(kind)
+def register(kind: str, name: str, description: str, spec: LossSpec | None = None) -> Callable[[F], F]:
+    """Decorator storing a function under ``(kind, name)``; a loss comes with its spec."""
+    _check_kind(kind)
+    if (kind == "loss") != (spec is not None):
+        raise ValueError(f"{kind} {name!r}: a loss is registered with a LossSpec, an advantage without one")
 
     def wrap(fn: F) -> F:
-        if name in table:
-            raise ValueError(f"{kind} {name!r} is already registered (by {table[name][0].__qualname__})")
-        table[name] = (fn, description)
+        if spec is not None:
+            LOSSES.add(name, Loss(fn, spec), description)
+        else:
+            ADVANTAGES.add(name, fn, description)
         return fn
 
     return wrap
@@ -41,12 +49,16 @@ def register(kind: str, name: str, description: str) -> Callable[[F], F]:
 
 def get(kind: str, name: str) -> Callable[..., Any]:
     """The function registered as ``name``; ``ValueError`` listing the valid names otherwise."""
-    table = _table(kind)
-    if name not in table:
-        raise ValueError(f"unknown {kind} {name!r}; valid: {', '.join(sorted(table))}")
-    return table[name][0]
+    _check_kind(kind)
+    return LOSSES.get(name).fn if kind == "loss" else ADVANTAGES.get(name)
+
+
+def loss_spec(name: str) -> LossSpec:
+    """The spec of the loss registered as ``name``."""
+    return LOSSES.get(name).spec
 
 
 def available(kind: str) -> dict[str, str]:
     """``{name: description}`` of everything registered under ``kind``."""
-    return {name: desc for name, (_, desc) in sorted(_table(kind).items())}
+    _check_kind(kind)
+    return (LOSSES if kind == "loss" else ADVANTAGES).available()

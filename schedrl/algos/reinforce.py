@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from schedrl.algos.advantages import _check, group_stats
+from schedrl.algos.advantages import check_groups, group_stats
 from schedrl.algos.grpo_variants import batch_std
 from schedrl.algos.registry import register
 
@@ -74,7 +74,7 @@ def reinforce_pp_advantages(
     is r (gamma = 1) and samples, not tokens, are normalised (the paper normalises token-level
     advantages, weighting long answers more); the paper's KL-in-reward is left to the loss (kl_coef).
     """
-    _check(rewards, group_index)
+    check_groups(rewards, group_index)
     _check_eps(eps, std_normalize)
     r = _float(rewards)
     adv = r - r.mean()  # r_i - mean_batch(r)

@@ -13,8 +13,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from schedrl.algos.losses import _broadcast_adv, masked_mean
+from schedrl.algos.losses import broadcast_adv, masked_mean
 from schedrl.algos.registry import register
+from schedrl.algos.spec import LossSpec
 
 
 def vocab_mean_logp(logits: Tensor, temperature: float = 1.0) -> Tensor:
@@ -22,7 +23,12 @@ def vocab_mean_logp(logits: Tensor, temperature: float = 1.0) -> Tensor:
     return torch.log_softmax(logits / temperature, dim=-1).mean(dim=-1)
 
 
-@register("loss", "rover", "regress Q = rho log(pi_theta/pi_old) on r + mean_vocab Q(next) (ROVER)")
+@register(
+    "loss",
+    "rover",
+    "regress Q = rho log(pi_theta/pi_old) on r + mean_vocab Q(next) (ROVER)",
+    LossSpec(frozenset({"vocab_stat"}), options=("rover_temp",), vocab_stat=vocab_mean_logp),
+)
 def rover_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -62,7 +68,7 @@ def rover_loss(
     if rover_temp <= 0:
         raise ValueError(f"rover_temp must be > 0; got {rover_temp}")
     m = mask.bool()
-    a = _broadcast_adv(adv.detach().to(logp.dtype), logp).expand_as(logp)  # r~ on every token, (B, T)
+    a = broadcast_adv(adv.detach().to(logp.dtype), logp).expand_as(logp)  # r~ on every token, (B, T)
     q = rover_temp * (logp - old_logp.detach()).masked_fill(~m, 0.0)  # Q(s_t, o_t), (B, T)
     q_next_mean = rover_temp * (mean_logp - old_mean_logp).detach()  # (1/|V|) sum_a' Q(s_t, a'), (B, T)
     nxt = torch.zeros_like(q_next_mean)

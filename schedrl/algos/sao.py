@@ -15,8 +15,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from schedrl.algos.losses import _broadcast_adv, masked_mean
+from schedrl.algos.losses import broadcast_adv, masked_mean
 from schedrl.algos.registry import register
+from schedrl.algos.spec import LossSpec
 
 
 def first_token_values(values: Tensor, mask: Tensor) -> Tensor:
@@ -28,7 +29,10 @@ def first_token_values(values: Tensor, mask: Tensor) -> Tensor:
 
 
 @register(
-    "loss", "sao", "one sample per prompt, A = r - V(prompt) from a value head, strict two-sided clip (SAO)"
+    "loss",
+    "sao",
+    "one sample per prompt, A = r - V(prompt) from a value head, strict two-sided clip (SAO)",
+    LossSpec(frozenset({"values"}), options=("vf_coef", "clip_eps", "clip_eps_high")),
 )
 def sao_loss(
     logp: Tensor,
@@ -70,7 +74,7 @@ def sao_loss(
     m = mask.bool()
     r = adv.detach().to(logp.dtype)  # (B,)
     b = first_token_values(values, m)  # V(x_i), (B,), carries grad
-    a = _broadcast_adv(r - b.detach(), logp)  # A_i = r_i - sg(V(x_i)), (B, 1)
+    a = broadcast_adv(r - b.detach(), logp)  # A_i = r_i - sg(V(x_i)), (B, 1)
     ratio = (logp - old_logp.detach()).masked_fill(~m, 0.0).exp()  # rho_t
     clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)  # gradient 0 outside the band
     policy = masked_mean(-clipped * a, m, agg)

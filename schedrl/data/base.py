@@ -82,8 +82,16 @@ class ArgError(ValueError):
     """A data scheduler argument has a bad value."""
 
 
-def check_number(sched: str, name: str, value: Any, lo: float, hi: float | None = None, *, integer: bool = False,
-                 lo_open: bool = False) -> Any:  # fmt: skip
+def check_number(
+    sched: str,
+    name: str,
+    value: Any,
+    lo: float,
+    hi: float | None = None,
+    *,
+    integer: bool = False,
+    lo_open: bool = False,
+) -> Any:
     """Return ``value`` if it is a number in range (``(lo`` when ``lo_open``), else ``ArgError`` naming it."""
     kind = int if integer else int | float
     ok = isinstance(value, kind) and not isinstance(value, bool)

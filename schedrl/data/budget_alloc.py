@@ -60,8 +60,14 @@ class BudgetAllocScheduler(PoolScheduler):
 
     name = "coba"
 
-    def __init__(self, ctx: DataContext, pool_size: int = 1024, candidates: int = 64, min_group: int = 2,
-                 max_group: int = 32) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ctx: DataContext,
+        pool_size: int = 1024,
+        candidates: int = 64,
+        min_group: int = 2,
+        max_group: int = 32,
+    ) -> None:
         super().__init__(ctx, pool_size)
         self.candidates = check_number(self.name, "candidates", candidates, 1, integer=True)
         self.min_group = check_number(self.name, "min_group", min_group, 2, integer=True)

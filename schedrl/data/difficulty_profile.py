@@ -35,9 +35,18 @@ class DifficultyProfileScheduler(PoolScheduler):
 
     name = "difficulty_profile"
 
-    def __init__(self, ctx: DataContext, pool_size: int = 512, probe_samples: int = 2, scale: float = 2.0,
-                 min_group: int = 2, max_group: int = 16, trivial_p: float = 0.9, unsolvable_p: float = 0.05,
-                 unsolvable_keep: float = 0.1) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ctx: DataContext,
+        pool_size: int = 512,
+        probe_samples: int = 2,
+        scale: float = 2.0,
+        min_group: int = 2,
+        max_group: int = 16,
+        trivial_p: float = 0.9,
+        unsolvable_p: float = 0.05,
+        unsolvable_keep: float = 0.1,
+    ) -> None:
         super().__init__(ctx, pool_size)
         self.probe_samples = check_number(self.name, "probe_samples", probe_samples, 1, integer=True)
         self.scale = check_number(self.name, "scale", scale, 0, lo_open=True)

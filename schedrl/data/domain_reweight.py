@@ -31,8 +31,14 @@ class DomainReweightScheduler(PoolScheduler):
 
     name = "domain_reweight"
 
-    def __init__(self, ctx: DataContext, pool_size: int = 1024, alpha: float = 0.3, beta: float = 0.9,
-                 eps: float = 0.05) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ctx: DataContext,
+        pool_size: int = 1024,
+        alpha: float = 0.3,
+        beta: float = 0.9,
+        eps: float = 0.05,
+    ) -> None:
         super().__init__(ctx, pool_size)
         self.alpha = check_number(self.name, "alpha", alpha, 0, 1)
         self.beta = check_number(self.name, "beta", beta, 0, 1)
@@ -49,8 +55,11 @@ class DomainReweightScheduler(PoolScheduler):
     def _select(self, budget: int, rng: random.Random) -> Batch:
         g, w = self.ctx.group_size, self.domain_weights()
         counts = largest_remainder([w[d] for d in self.pool.domains], budget // g)
-        return [(rng.choice(self.pool.by_domain[d]), g)
-                for d, k in zip(self.pool.domains, counts, strict=True) for _ in range(k)]  # fmt: skip
+        return [
+            (rng.choice(self.pool.by_domain[d]), g)
+            for d, k in zip(self.pool.domains, counts, strict=True)
+            for _ in range(k)
+        ]
 
     def observe(self, groups: Sequence[ScoredGroup]) -> None:
         super().observe(groups)

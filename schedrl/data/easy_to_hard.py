@@ -38,8 +38,9 @@ class EasyToHardScheduler(PoolScheduler):
 
     name = "e2h"
 
-    def __init__(self, ctx: DataContext, pool_size: int = 1024, sigma: float = 0.5,
-                 order: list[str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, ctx: DataContext, pool_size: int = 1024, sigma: float = 0.5, order: list[str] | None = None
+    ) -> None:
         super().__init__(ctx, pool_size)
         self.sigma = check_number(self.name, "sigma", sigma, 0, lo_open=True)
         if order is not None and (not isinstance(order, list) or not all(isinstance(d, str) for d in order)):
@@ -60,12 +61,16 @@ class EasyToHardScheduler(PoolScheduler):
             elif self.order is not None:
                 missing = sorted({t.domain for t in tasks} - set(self.order))
                 if missing:
-                    raise ValueError(f"data scheduler {self.name!r}: order lacks the pool's domains {missing}; "
-                                     f"order = {self.order!r}")  # fmt: skip
+                    raise ValueError(
+                        f"data scheduler {self.name!r}: order lacks the pool's domains {missing}; "
+                        f"order = {self.order!r}"
+                    )
                 self._levels = [lv for lv in ([t for t in tasks if t.domain == d] for d in self.order) if lv]
             else:
-                raise ValueError(f"data scheduler {self.name!r}: the tasks carry no difficulty; give order "
-                                 f"(domain names, easiest first), e.g. {sorted({t.domain for t in tasks})}")  # fmt: skip
+                raise ValueError(
+                    f"data scheduler {self.name!r}: the tasks carry no difficulty; give order "
+                    f"(domain names, easiest first), e.g. {sorted({t.domain for t in tasks})}"
+                )
         return self._levels
 
     def progress(self) -> float:

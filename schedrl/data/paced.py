@@ -43,8 +43,16 @@ class PacedScheduler(PoolScheduler):
 
     name = "paced"
 
-    def __init__(self, ctx: DataContext, pool_size: int = 1024, tau: float = 0.5, width: float = 0.2,
-                 replay_frac: float = 0.25, buffer_size: int = 256, min_error: float = 0.2) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ctx: DataContext,
+        pool_size: int = 1024,
+        tau: float = 0.5,
+        width: float = 0.2,
+        replay_frac: float = 0.25,
+        buffer_size: int = 256,
+        min_error: float = 0.2,
+    ) -> None:
         super().__init__(ctx, pool_size)
         self.tau = check_number(self.name, "tau", tau, 0, 1)
         self.width = check_number(self.name, "width", width, 0, lo_open=True)
@@ -60,8 +68,12 @@ class PacedScheduler(PoolScheduler):
         g, n_prompts = self.ctx.group_size, budget // self.ctx.group_size
         replay_ids = list(self.buffer)
         replay = [self.pool.by_id[i] for i in replay_ids]
-        chosen = weighted_sample(replay, [self.buffer[i] for i in replay_ids],
-                                 min(len(replay), round(self.replay_frac * n_prompts)), rng)  # fmt: skip
+        chosen = weighted_sample(
+            replay,
+            [self.buffer[i] for i in replay_ids],
+            min(len(replay), round(self.replay_frac * n_prompts)),
+            rng,
+        )
         for t in chosen:
             del self.buffer[t.id]
         taken = {t.id for t in chosen}

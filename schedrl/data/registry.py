@@ -39,8 +39,10 @@ def check_args(name: str, args: dict[str, Any]) -> None:
     params = [p for p in inspect.signature(SCHEDULERS[name]).parameters if p != "ctx"]
     unknown = sorted(set(args) - set(params))
     if unknown:
-        raise ValueError(f"data scheduler {name!r}: unknown argument {unknown[0]!r}; "
-                         f"valid arguments: {', '.join(params) or 'none'}")  # fmt: skip
+        raise ValueError(
+            f"data scheduler {name!r}: unknown argument {unknown[0]!r}; "
+            f"valid arguments: {', '.join(params) or 'none'}"
+        )
 
 
 def make_scheduler(name: str, ctx: DataContext, **args: Any) -> DataScheduler:

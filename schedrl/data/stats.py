@@ -62,8 +62,10 @@ class TaskStats:
         return None if t is None else int(t[3])
 
     def state_dict(self) -> dict[str, Any]:
-        return {"tasks": {k: list(v) for k, v in self.tasks.items()},
-                "domains": {k: list(v) for k, v in self.domains.items()}}  # fmt: skip
+        return {
+            "tasks": {k: list(v) for k, v in self.tasks.items()},
+            "domains": {k: list(v) for k, v in self.domains.items()},
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.tasks = {

@@ -32,8 +32,9 @@ class UCBDomainScheduler(PoolScheduler):
 
     name = "dump_ucb"
 
-    def __init__(self, ctx: DataContext, pool_size: int = 1024, window: int = 64, c: float = 0.2,
-                 tau: float = 0.1) -> None:  # fmt: skip
+    def __init__(
+        self, ctx: DataContext, pool_size: int = 1024, window: int = 64, c: float = 0.2, tau: float = 0.1
+    ) -> None:
         super().__init__(ctx, pool_size)
         self.window = check_number(self.name, "window", window, 1, integer=True)
         self.c = check_number(self.name, "c", c, 0)

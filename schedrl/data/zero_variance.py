@@ -29,8 +29,14 @@ class ZeroVarianceScheduler(PoolScheduler):
 
     name = "zero_variance"
 
-    def __init__(self, ctx: DataContext, pool_size: int = 1024, acc_low: float = 0.0, acc_high: float = 1.0,
-                 retry_after: int = 50) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ctx: DataContext,
+        pool_size: int = 1024,
+        acc_low: float = 0.0,
+        acc_high: float = 1.0,
+        retry_after: int = 50,
+    ) -> None:
         super().__init__(ctx, pool_size)
         check_number(self.name, "acc_low", acc_low, 0, 1)
         check_number(self.name, "acc_high", acc_high, 0, 1)

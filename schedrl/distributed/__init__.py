@@ -3,4 +3,12 @@
 from schedrl.distributed.backend import LocalBackend, RayBackend, ThreadBackend, WorkerDiedError, make_backend
 from schedrl.distributed.workers import EngineWorker, LearnerWorker
 
-__all__ = ["EngineWorker", "LearnerWorker", "LocalBackend", "RayBackend", "ThreadBackend", "WorkerDiedError", "make_backend"]
+__all__ = [
+    "EngineWorker",
+    "LearnerWorker",
+    "LocalBackend",
+    "RayBackend",
+    "ThreadBackend",
+    "WorkerDiedError",
+    "make_backend",
+]

@@ -31,13 +31,19 @@ class WorkerDiedError(RuntimeError):
     """A worker process died (killed, out of memory, crashed)."""
 
 
-def placement(num_engines: int, engine_cpus: int, learner_cpus: int) -> tuple[list[list[int] | None], list[int] | None]:
+def placement(
+    num_engines: int, engine_cpus: int, learner_cpus: int
+) -> tuple[list[list[int] | None], list[int] | None]:
     """Cores of each engine and of the learner, from the cores this process may use.
 
     Disjoint lists, engines first, when there are enough cores; otherwise nobody is pinned
     and the OS shares the cores among the workers (for example two 1-core engines and a
     1-core learner on 2 cores)."""
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cores = (
+        sorted(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else list(range(os.cpu_count() or 1))
+    )
     if num_engines * engine_cpus + learner_cpus > len(cores):
         return [None] * num_engines, None
     engines = [cores[i * engine_cpus : (i + 1) * engine_cpus] for i in range(num_engines)]
@@ -206,9 +212,15 @@ class RayBackend:
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, num_cpus: int | None = None,
-                 object_store_memory: int = 200 * 2**20, num_engines: int = 1, engine_cpus: int = 1,
-                 learner_cpus: int = 1) -> None:  # fmt: skip
+    def __init__(
+        self,
+        address: str | None = None,
+        num_cpus: int | None = None,
+        object_store_memory: int = 200 * 2**20,
+        num_engines: int = 1,
+        engine_cpus: int = 1,
+        learner_cpus: int = 1,
+    ) -> None:
         import ray
 
         self.ray = ray
@@ -217,24 +229,39 @@ class RayBackend:
         if not ray.is_initialized():
             if address is None:
                 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local cluster on loopback
-                ray.init(num_cpus=num_cpus or asked, object_store_memory=object_store_memory,
-                         include_dashboard=False, log_to_driver=False, configure_logging=False)  # fmt: skip
+                ray.init(
+                    num_cpus=num_cpus or asked,
+                    object_store_memory=object_store_memory,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    configure_logging=False,
+                )
             else:
                 ray.init(address=address, log_to_driver=False)
             self._started = True
         # On a cluster with fewer CPUs than asked, every actor asks for its share, so all of them start.
         share = min(1.0, ray.cluster_resources().get("CPU", asked) / asked)
         self.engine_cpus, self.learner_cpus = engine_cpus, learner_cpus
-        self.engine_ask, self.learner_ask = (math.floor(n * share * 1e4) / 1e4 for n in (engine_cpus, learner_cpus))
+        self.engine_ask, self.learner_ask = (
+            math.floor(n * share * 1e4) / 1e4 for n in (engine_cpus, learner_cpus)
+        )
         self.num_engines = num_engines
         self.engine_cores, self.learner_cores = (
-            placement(num_engines, engine_cpus, learner_cpus) if address is None else ([None] * num_engines, None)
+            placement(num_engines, engine_cpus, learner_cpus)
+            if address is None
+            else ([None] * num_engines, None)
         )
 
     def start_engine(self, cfg: dict, weights, version: int, index: int = 0):
         actor = self.ray.remote(num_cpus=self.engine_ask, max_restarts=0)(EngineWorker)
-        return actor.remote(cfg, weights, version, self.engine_cores[index], self.engine_cpus,
-                            worker_name(index, self.num_engines))  # fmt: skip
+        return actor.remote(
+            cfg,
+            weights,
+            version,
+            self.engine_cores[index],
+            self.engine_cpus,
+            worker_name(index, self.num_engines),
+        )
 
     def start_learner(self, cfg: dict, run_root: str, checkpoint: str | None):
         actor = self.ray.remote(num_cpus=self.learner_ask, max_restarts=0)(LearnerWorker)
@@ -274,7 +301,9 @@ def make_backend(name: str, **kwargs):
     if name == "local":
         return LocalBackend()
     if name == "threads":
-        return ThreadBackend(**{k: kwargs[k] for k in ("num_engines", "engine_cpus", "learner_cpus") if k in kwargs})
+        return ThreadBackend(
+            **{k: kwargs[k] for k in ("num_engines", "engine_cpus", "learner_cpus") if k in kwargs}
+        )
     if name == "ray":
         return RayBackend(**kwargs)
     raise ValueError(f"pipeline.backend must be 'ray', 'threads' or 'local', got {name!r}")

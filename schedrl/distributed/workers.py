@@ -37,8 +37,15 @@ def cpu_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 class EngineWorker:
     """An `HFEngine` stepped in chunks; takes new weights between chunks (between decode steps)."""
 
-    def __init__(self, cfg: dict, weights: dict[str, torch.Tensor], version: int, cores=None, threads=None,
-                 name: str = "engine"):  # fmt: skip
+    def __init__(
+        self,
+        cfg: dict,
+        weights: dict[str, torch.Tensor],
+        version: int,
+        cores=None,
+        threads=None,
+        name: str = "engine",
+    ):
         # imported here, to keep this module light to import
         from schedrl.orchestrate.build import engine_config, load_policy
 
@@ -85,8 +92,7 @@ class LearnerWorker:
 
     def __init__(self, cfg: dict, run_root: str, checkpoint: str | None, cores=None, threads=None):
         from schedrl.models import default_device
-        from schedrl.orchestrate.build import REF_MODEL_DIR, load_policy
-        from schedrl.train.learner import Learner
+        from schedrl.orchestrate.build import REF_MODEL_DIR, load_policy, make_learner
 
         pin(cores, threads)
         self.cfg: RunConfig = config_from_dict(cfg)
@@ -97,8 +103,7 @@ class LearnerWorker:
         ref = None
         if self.cfg.algo.kl_coef > 0:
             ref = load_policy(self.cfg, self.root / REF_MODEL_DIR, device)[0].eval().requires_grad_(False)
-        c = self.cfg
-        self.learner = Learner(self.model, c.optim, c.algo, c.steps, c.sampling.temperature, ref, c.seed)
+        self.learner = make_learner(self.cfg, self.model, ref)
         if checkpoint:
             _, trainer_state, rng = load_checkpoint(Path(checkpoint))
             self.learner.load_state_dict(trainer_state)
@@ -112,8 +117,13 @@ class LearnerWorker:
         """One optimizer step on `payload` (see `schedrl.orchestrate.pipeline.learner_payload`)."""
         start = time.perf_counter()
         with self.timeline.span("train"):
-            batch = collate(payload["prompt_ids"], payload["token_ids"], self.tokenizer.pad_token_id,
-                            payload["logprobs"], payload["versions"])  # fmt: skip
+            batch = collate(
+                payload["prompt_ids"],
+                payload["token_ids"],
+                self.tokenizer.pad_token_id,
+                payload["logprobs"],
+                payload["versions"],
+            )
             for i, (p, keep) in enumerate(zip(payload["prompt_ids"], payload["train_mask"], strict=True)):
                 start = len(p) - 1
                 batch.mask[i, start : start + len(keep)] *= torch.tensor(keep, dtype=batch.mask.dtype)
@@ -124,8 +134,9 @@ class LearnerWorker:
         return {**stats, "train_s": time.perf_counter() - start}, weights
 
     def save_checkpoint(self, step: int, state: dict) -> str:
-        path = save_checkpoint(self.root / "checkpoints", step, self.model, self.tokenizer,
-                               self.learner.state_dict(), state)  # fmt: skip
+        path = save_checkpoint(
+            self.root / "checkpoints", step, self.model, self.tokenizer, self.learner.state_dict(), state
+        )
         return str(path)
 
     def spans(self) -> list[Span]:

@@ -31,9 +31,8 @@ class StepLayout:
     pos_idx: torch.Tensor  # (N,) position of each packed token in its sequence
     dec_tok: torch.Tensor | None = None  # (Bd,) packed index of each single-token row
     dec_slot: torch.Tensor | None = None  # (Bd,) its slot
-    dec_mask: torch.Tensor | None = (
-        None  # (Bd or S, 1, 1, Ld) additive mask: 0 where a row may look, -inf not
-    )
+    # (Bd or S, 1, 1, Ld) additive mask: 0 where a row may look, -inf not
+    dec_mask: torch.Tensor | None = None
     dec_full: bool = False  # attend over the first S' slots (a view) instead of gathering Bd of them
     pre_tok: torch.Tensor | None = None  # (Bp, Lq) packed indices of multi-token rows, padded
     pre_src: torch.Tensor | None = None  # real query positions in the flattened (Bp * Lq) block ...
@@ -44,7 +43,9 @@ class StepLayout:
     copy_len: int = 0
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float | None) -> torch.Tensor:
+def _attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float | None
+) -> torch.Tensor:
     """softmax(q k^T * scale + mask) v for q (B, H, Lq, D), k and v (B, Hkv, Lk, D), mask broadcast to (B, H, Lq, Lk).
 
     Two batched matmuls instead of `scaled_dot_product_attention`: an engine step's blocks are

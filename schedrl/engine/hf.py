@@ -108,7 +108,9 @@ class HFEngine:
         self.device = next(self.model.parameters()).device
         self.admission = admission or make_admission(self.config.admission, **self.config.admission_args)
         self.on_token, self.on_finish = on_token, on_finish
-        if hasattr(self.admission, "bind"):  # a policy that follows the running batch chains onto the callbacks
+        if hasattr(
+            self.admission, "bind"
+        ):  # a policy that follows the running batch chains onto the callbacks
             self.admission.bind(self)
         self.version = version
         self.eos_ids = _eos_ids(self.model, tokenizer)

@@ -16,8 +16,9 @@ from schedrl.types import Request, Sample, SamplingParams
 
 
 def _params(d: dict) -> SamplingParams:
-    return SamplingParams(**{**d, "stop_token_ids": tuple(d["stop_token_ids"]),
-                             "stop_strings": tuple(d["stop_strings"])})  # fmt: skip
+    return SamplingParams(
+        **{**d, "stop_token_ids": tuple(d["stop_token_ids"]), "stop_strings": tuple(d["stop_strings"])}
+    )
 
 
 def request_to_dict(r: Request) -> dict:
@@ -70,17 +71,25 @@ class Group:
 
     def to_dict(self) -> dict:
         return {
-            "id": self.id, "task": asdict(self.task), "wave": self.wave, "admitted": self.admitted,
+            "id": self.id,
+            "task": asdict(self.task),
+            "wave": self.wave,
+            "admitted": self.admitted,
             "requests": [request_to_dict(r) for r in self.requests],
             "done": {str(i): sample_to_dict(s) for i, s in self.done.items()},
             "partial": {str(i): sample_to_dict(s) for i, s in self.partial.items()},
             "dropped": self.dropped,
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> Group:
         return cls(
-            d["id"], Task(**d["task"]), [request_from_dict(r) for r in d["requests"]], d["wave"], d["admitted"],
+            d["id"],
+            Task(**d["task"]),
+            [request_from_dict(r) for r in d["requests"]],
+            d["wave"],
+            d["admitted"],
             {int(i): sample_from_dict(s) for i, s in d["done"].items()},
-            {int(i): sample_from_dict(s) for i, s in d["partial"].items()}, list(d["dropped"]),
-        )  # fmt: skip
+            {int(i): sample_from_dict(s) for i, s in d["partial"].items()},
+            list(d["dropped"]),
+        )

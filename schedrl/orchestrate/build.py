@@ -25,6 +25,7 @@ from schedrl.rollout.step import StepRollout
 from schedrl.train.checkpoint import latest_checkpoint, load_checkpoint, set_rng_state
 from schedrl.train.learner import Learner
 from schedrl.train.run_dir import MetricsLogger, RunDir
+from schedrl.types import SamplingParams
 
 log = logging.getLogger(__name__)
 REF_MODEL_DIR = "ref_model"
@@ -33,9 +34,14 @@ REF_MODEL_DIR = "ref_model"
 def engine_config(cfg: RunConfig) -> EngineConfig:
     """The engine's settings from a run config: its `engine` section, seeded by the run's seed."""
     e = cfg.engine
-    return EngineConfig(max_concurrency=e.max_concurrency, max_batched_tokens=e.max_batched_tokens,
-                        admission=e.admission, admission_args=dict(e.admission_args), seed=cfg.seed,
-                        share_prompts=e.share_prompts)  # fmt: skip
+    return EngineConfig(
+        max_concurrency=e.max_concurrency,
+        max_batched_tokens=e.max_batched_tokens,
+        admission=e.admission,
+        admission_args=dict(e.admission_args),
+        seed=cfg.seed,
+        share_prompts=e.share_prompts,
+    )
 
 
 @dataclass
@@ -55,6 +61,12 @@ class Components:
     rollout: StepRollout | None = None  # the synchronous loop's rollout; `build` always sets it
 
 
+def sampling_params(cfg: RunConfig) -> SamplingParams:
+    """The sampling parameters of every training request, from the run's `sampling` section."""
+    s = cfg.sampling
+    return SamplingParams(s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
+
+
 def attn_implementation(cfg: RunConfig, device: torch.device) -> str:
     if cfg.model.attn_implementation != "auto":
         return cfg.model.attn_implementation
@@ -71,6 +83,20 @@ def load_policy(cfg: RunConfig, path: str | Path | None, device: torch.device):
     return model, tokenizer
 
 
+def make_learner(cfg: RunConfig, model: torch.nn.Module, ref_model: torch.nn.Module | None = None) -> Learner:
+    """The learner of a run, for both loops: the synchronous one and the asynchronous pipeline's worker."""
+    return Learner(
+        model,
+        cfg.optim,
+        cfg.algo,
+        cfg.steps,
+        cfg.sampling.temperature,
+        ref_model,
+        cfg.seed,
+        max_new_tokens=cfg.sampling.max_new_tokens,
+    )
+
+
 def build(cfg: RunConfig, run: RunDir, resume: bool = False) -> Components:
     torch.manual_seed(cfg.seed)
     device = default_device()
@@ -82,8 +108,7 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False) -> Components:
         ref_path = run.root / REF_MODEL_DIR
         ref_model = load_policy(cfg, ref_path, device)[0] if ckpt else copy.deepcopy(model)
         ref_model.eval().requires_grad_(False)
-    learner = Learner(model, cfg.optim, cfg.algo, cfg.steps, cfg.sampling.temperature, ref_model, cfg.seed,
-                      max_new_tokens=cfg.sampling.max_new_tokens)  # fmt: skip
+    learner = make_learner(cfg, model, ref_model)
     start_step, state = None, {}
     if ckpt is not None:
         state, trainer_state, rng = load_checkpoint(ckpt)
@@ -95,8 +120,9 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False) -> Components:
     scorer = RewardScorer(source, cfg.max_reward_error_rate)
     # Resuming without a checkpoint restarts from scratch: every logged row is dropped.
     logger = MetricsLogger(run, resume_step=start_step if ckpt else (-1 if resume else None))
-    data = make_scheduler(cfg.data.scheduler, DataContext(source, cfg.seed, cfg.sampling.group_size, cfg.steps),
-                          **cfg.data.args)  # fmt: skip
+    data = make_scheduler(
+        cfg.data.scheduler, DataContext(source, cfg.seed, cfg.sampling.group_size, cfg.steps), **cfg.data.args
+    )
     if "data" in state:  # the scheduler's statistics at the checkpoint
         data.load_state_dict(state.pop("data"))
     rollout = StepRollout(cfg, engine, model, tokenizer)

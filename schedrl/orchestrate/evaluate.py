@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from schedrl.envs import TaskSource
 from schedrl.envs.scoring import RewardScorer
 from schedrl.rollout import group_requests
+from schedrl.seeding import derive_seed
 from schedrl.train.metrics import summarize_eval
 from schedrl.types import SamplingParams
+
+if TYPE_CHECKING:
+    from schedrl.orchestrate.build import Components
 
 
 def evaluate(
@@ -35,7 +41,7 @@ def evaluate(
             seed=seed,
             step=0,
             tag="eval-greedy",
-        )  # fmt: skip
+        )
     )
     greedy_acc = sum(r >= 1.0 for r in scorer(by_id, greedy)) / len(greedy)
     params = SamplingParams(max_new_tokens, temperature=temperature)
@@ -44,3 +50,18 @@ def evaluate(
     per_task = [rewards[i * k : (i + 1) * k] for i in range(len(tasks))]
     out = summarize_eval(per_task, [s.num_tokens for s in sampled], k)
     return {"greedy_acc": greedy_acc, **out}
+
+
+def run_eval(c: Components) -> dict[str, float]:
+    """The run's held-out evaluation (`eval` section) of `c.engine`'s current weights."""
+    e = c.cfg.eval
+    return evaluate(
+        c.engine,
+        c.tokenizer,
+        c.source,
+        n_tasks=e.tasks,
+        k=e.k,
+        temperature=e.temperature,
+        max_new_tokens=c.cfg.sampling.max_new_tokens,
+        seed=derive_seed(c.cfg.seed, "eval"),
+    )

@@ -53,6 +53,14 @@ class StalenessBound:
         """Per token: may `update` train on it?"""
         return [s <= self.k for s in token_staleness(update, versions)]
 
+    def trainable(self, update: int, versions: Sequence[int], stale: str = "drop") -> list[bool] | None:
+        """Per-token trained mask of a sample at `update`, or None when the sample must be dropped:
+        with `stale` "drop" every token must be fresh, with "mask" stale tokens stay as context only."""
+        fresh = self.fresh_mask(update, versions)
+        if all(fresh) or (stale == "mask" and any(fresh)):
+            return fresh
+        return None
+
     def record(self, update: int, versions: Sequence[int], trained: Sequence[bool]) -> Counter:
         """Count the staleness of the trained tokens in the run's histogram; returns this sample's counts."""
         counts = Counter(s for s, t in zip(token_staleness(update, versions), trained, strict=True) if t)
@@ -96,7 +104,9 @@ class AutoStaleness(StalenessBound):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not 0 <= self.k_min <= self.k_max:
-            raise ValueError(f"staleness bounds need 0 <= k_min <= k_max, got k_min={self.k_min}, k_max={self.k_max}")
+            raise ValueError(
+                f"staleness bounds need 0 <= k_min <= k_max, got k_min={self.k_min}, k_max={self.k_max}"
+            )
         if not 0 <= self.low < self.high:
             raise ValueError(f"auto staleness needs 0 <= low < high, got low={self.low}, high={self.high}")
         self.k = min(max(self.k, self.k_min), self.k_max)

@@ -15,13 +15,24 @@ from schedrl.types import Sample
 
 # Keys on every step row of metrics.jsonl, in both loops.
 STEP_KEYS = (
-    "reward_mean", "reward_std", "solved_frac", "zero_adv_group_frac", "completion_len_mean",
-    "truncated_frac", "gen_tokens", "reward_errors", "step_s", "train_s", "tokens_per_s",
+    "reward_mean",
+    "reward_std",
+    "solved_frac",
+    "zero_adv_group_frac",
+    "completion_len_mean",
+    "truncated_frac",
+    "gen_tokens",
+    "reward_errors",
+    "step_s",
+    "train_s",
+    "tokens_per_s",
     "lr",
-)  # fmt: skip
+)
 
 
-def rollout_metrics(samples: Sequence[Sample], rewards: torch.Tensor, groups: torch.Tensor) -> dict[str, float]:
+def rollout_metrics(
+    samples: Sequence[Sample], rewards: torch.Tensor, groups: torch.Tensor
+) -> dict[str, float]:
     """Reward, length and spread statistics of one step's scored samples."""
     n_groups = int(groups.max()) + 1
     spread = torch.zeros(n_groups).scatter_reduce(0, groups, rewards, "amax", include_self=False)

@@ -8,27 +8,25 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 
 import torch
 
 from schedrl.algos import registry
 from schedrl.config import RunConfig
 from schedrl.data import scored_groups
-from schedrl.orchestrate.build import Components, build, save_ref_model
-from schedrl.orchestrate.evaluate import evaluate
+from schedrl.orchestrate.after_update import StepCallback, after_update
+from schedrl.orchestrate.build import Components, build, sampling_params, save_ref_model
+from schedrl.orchestrate.evaluate import run_eval
+from schedrl.orchestrate.pipeline import run_pipeline
 from schedrl.orchestrate.step_metrics import rollout_metrics, timing_metrics
 from schedrl.rollout import group_index, group_requests
-from schedrl.seeding import derive_seed
 from schedrl.timeline import TIMELINE_FILE, Recorder, append_spans
 from schedrl.train.batch import collate
 from schedrl.train.checkpoint import save_checkpoint
 from schedrl.train.run_dir import RunDir, plot_reward_curve, read_metrics
 from schedrl.train.sft import sft_warmup
-from schedrl.types import SamplingParams
 
 log = logging.getLogger(__name__)
-StepCallback = Callable[[int, dict[str, float]], None]
 
 
 def rl_step(c: Components, step: int) -> dict[str, float]:
@@ -36,8 +34,9 @@ def rl_step(c: Components, step: int) -> dict[str, float]:
     cfg, t0 = c.cfg, time.perf_counter()
     plan = c.data.next_batch(cfg.sampling.prompts_per_step * cfg.sampling.group_size)  # [(task, n_samples)]
     tasks = [t for t, _ in plan]
-    requests = group_requests(tasks, c.tokenizer, sampling_params(cfg), [n for _, n in plan], seed=cfg.seed,
-                              step=step)  # fmt: skip
+    requests = group_requests(
+        tasks, c.tokenizer, sampling_params(cfg), [n for _, n in plan], seed=cfg.seed, step=step
+    )
     by_id = {t.id: t for t in tasks}
     samples, rollout_stats = c.rollout.run(requests, lambda ss: c.scorer(by_id, ss))
     t_gen = time.perf_counter()
@@ -46,25 +45,24 @@ def rl_step(c: Components, step: int) -> dict[str, float]:
     advantage = registry.get("advantage", cfg.algo.advantage)
     adv = advantage(rewards, groups, std_normalize=cfg.algo.std_normalize)
     c.data.observe(scored_groups(tasks, samples, rewards, adv))
-    batch = collate([s.prompt_ids for s in samples], [s.token_ids for s in samples], c.tokenizer.pad_token_id,
-                    [s.logprobs for s in samples])  # fmt: skip
+    batch = collate(
+        [s.prompt_ids for s in samples],
+        [s.token_ids for s in samples],
+        c.tokenizer.pad_token_id,
+        [s.logprobs for s in samples],
+    )
     stats = c.learner.update(batch, adv, step)
     c.engine.update_weights(c.model.state_dict(), version=step + 1)
     t_end = time.perf_counter()
     metrics = rollout_metrics(samples, rewards, groups)
-    return {**metrics, **rollout_stats, **stats, "reward_errors": float(c.scorer.errors), "gen_s": t_gen - t0,
-            **timing_metrics(metrics["gen_tokens"], t_end - t0, t_end - t_gen)}  # fmt: skip
-
-
-def sampling_params(cfg: RunConfig) -> SamplingParams:
-    s = cfg.sampling
-    return SamplingParams(s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
-
-
-def run_eval(c: Components) -> dict[str, float]:
-    e = c.cfg.eval
-    return evaluate(c.engine, c.tokenizer, c.source, n_tasks=e.tasks, k=e.k, temperature=e.temperature,
-                    max_new_tokens=c.cfg.sampling.max_new_tokens, seed=derive_seed(c.cfg.seed, "eval"))  # fmt: skip
+    return {
+        **metrics,
+        **rollout_stats,
+        **stats,
+        "reward_errors": float(c.scorer.errors),
+        "gen_s": t_gen - t0,
+        **timing_metrics(metrics["gen_tokens"], t_end - t0, t_end - t_gen),
+    }
 
 
 def checkpoint(c: Components, step: int) -> None:
@@ -76,8 +74,14 @@ def checkpoint(c: Components, step: int) -> None:
 def warm_start(c: Components, on_sft_step: StepCallback | None = None) -> None:
     """SFT warm-up, then the evaluation before RL; checkpointed as step 0."""
     cfg = c.cfg
-    losses = sft_warmup(c.model, c.tokenizer, c.source, cfg.sft, cfg.seed,
-                        (lambda s, loss: on_sft_step(s, {"sft_loss": loss})) if on_sft_step else None)  # fmt: skip
+    losses = sft_warmup(
+        c.model,
+        c.tokenizer,
+        c.source,
+        cfg.sft,
+        cfg.seed,
+        (lambda s, loss: on_sft_step(s, {"sft_loss": loss})) if on_sft_step else None,
+    )
     c.engine.update_weights(c.model.state_dict(), version=0)
     save_ref_model(c)
     c.state["eval_before"] = run_eval(c)
@@ -86,6 +90,31 @@ def warm_start(c: Components, on_sft_step: StepCallback | None = None) -> None:
         row |= {"sft_loss_first": losses[0], "sft_loss_last": losses[-1]}
     c.logger.log(0, row)
     checkpoint(c, 0)
+
+
+def run_sync(c: Components, on_step: StepCallback | None = None) -> None:
+    """Train `c` from its current step to `cfg.steps` with the synchronous loop."""
+    cfg, timeline = c.cfg, Recorder("trainer")
+
+    def save(done: int) -> None:
+        append_spans(c.run.root / TIMELINE_FILE, timeline.drain())
+        checkpoint(c, done)
+
+    for step in range(c.start_step or 0, cfg.steps):
+        metrics = rl_step(c, step)
+        end = time.time()
+        timeline.add("generate", end - metrics["step_s"], end - metrics["step_s"] + metrics["gen_s"])
+        timeline.add("train", end - metrics["step_s"] + metrics["gen_s"], end)
+        if step == 0 and metrics["reward_mean"] < cfg.min_start_reward:
+            log.warning(
+                "RL starts at mean reward %.3f < min_start_reward=%.3f: GRPO from a start this weak "
+                "tends to collapse onto one constant answer; train longer with SFT (sft.steps) or "
+                "pick an easier task",
+                metrics["reward_mean"],
+                cfg.min_start_reward,
+            )
+        # the engine already holds the newest weights: `rl_step` pushed them
+        after_update(c, step + 1, metrics, on_step, load_latest=lambda: None, save=save)
 
 
 def train(
@@ -101,32 +130,9 @@ def train(
         if c.start_step is None:
             warm_start(c, on_sft_step)
         if cfg.pipeline.mode == "async":
-            from schedrl.orchestrate.pipeline import run_pipeline
-
             run_pipeline(c, on_step)
-        timeline = Recorder("trainer")
-        for step in range(c.start_step or 0, cfg.steps if cfg.pipeline.mode == "sync" else 0):
-            metrics = rl_step(c, step)
-            end = time.time()
-            timeline.add("generate", end - metrics["step_s"], end - metrics["step_s"] + metrics["gen_s"])
-            timeline.add("train", end - metrics["step_s"] + metrics["gen_s"], end)
-            if step == 0 and metrics["reward_mean"] < cfg.min_start_reward:
-                log.warning("RL starts at mean reward %.3f < min_start_reward=%.3f: GRPO from a start this weak "
-                            "tends to collapse onto one constant answer; train longer with SFT (sft.steps) or "
-                            "pick an easier task", metrics["reward_mean"], cfg.min_start_reward)  # fmt: skip
-            done = step + 1
-            c.state["data_position"] = done  # task batches drawn; batch k is a pure function of (seed, k)
-            if cfg.eval.every and done % cfg.eval.every == 0 and done < cfg.steps:
-                metrics |= {f"eval/{k}": v for k, v in run_eval(c).items()}
-            c.logger.log(done, metrics)
-            if on_step is not None:
-                on_step(done, metrics)
-            if done == cfg.steps or (cfg.save_every and done % cfg.save_every == 0):
-                if done == cfg.steps:
-                    c.state["eval_after"] = run_eval(c)
-                    c.logger.log(done, {f"eval/{k}": v for k, v in c.state["eval_after"].items()})
-                append_spans(run.root / TIMELINE_FILE, timeline.drain())
-                checkpoint(c, done)
+        else:
+            run_sync(c, on_step)
     finally:
         c.logger.close()
     if "eval_after" not in c.state:  # resumed after the last step had been saved
@@ -134,5 +140,9 @@ def train(
     plot_reward_curve(
         read_metrics(run.metrics_path), run.plot_path, title=f"{cfg.task.name}: reward per step"
     )
-    return {"eval_before": c.state.get("eval_before", {}), "eval_after": c.state["eval_after"],
-            "run_dir": str(run.root), "plot": str(run.plot_path)}  # fmt: skip
+    return {
+        "eval_before": c.state.get("eval_before", {}),
+        "eval_after": c.state["eval_after"],
+        "run_dir": str(run.root),
+        "plot": str(run.plot_path),
+    }

@@ -31,8 +31,16 @@ def group_requests(
         prompt_ids = tuple(tokenizer(task.prompt).input_ids)
         for g in range(size):
             sample_params = SamplingParams(**{**vars(params), "seed": derive_seed(seed, tag, step, i, g)})
-            requests.append(Request(f"{tag}/{step}/{i}/{g}", prompt_ids, sample_params, task_id=task.id,
-                                    group_id=f"{tag}/{step}/{i}", sample_index=g))  # fmt: skip
+            requests.append(
+                Request(
+                    f"{tag}/{step}/{i}/{g}",
+                    prompt_ids,
+                    sample_params,
+                    task_id=task.id,
+                    group_id=f"{tag}/{step}/{i}",
+                    sample_index=g,
+                )
+            )
     return requests
 
 

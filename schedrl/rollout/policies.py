@@ -28,7 +28,9 @@ def make_rollout_admission(name: str, **args: Any):
         raise ValueError(f"unknown rollout admission policy {name!r}; valid: {', '.join(ROLLOUT_ADMISSION)}")
     unknown = set(args) - {"predictor", "predictor_args", "max_wait_steps"}
     if unknown:
-        raise ValueError(f"admission policy {name!r}: unknown argument(s) {', '.join(sorted(unknown))}; "
-                         "valid: predictor, predictor_args, max_wait_steps")  # fmt: skip
+        raise ValueError(
+            f"admission policy {name!r}: unknown argument(s) {', '.join(sorted(unknown))}; "
+            "valid: predictor, predictor_args, max_wait_steps"
+        )
     predictor = make_predictor(args.get("predictor", "sibling"), **args.get("predictor_args", {}))
     return LengthOrdered(_ORDERED[name], predictor, args.get("max_wait_steps", 1024))

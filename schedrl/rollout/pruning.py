@@ -34,8 +34,16 @@ PRUNE_MODES = ("drop", "keep")
 def partial_features(prompt_len: int, logprobs: Sequence[float]) -> torch.Tensor:
     """(6,) features of a partial rollout: mean/min log-prob, share of tokens below log(1/2), lengths."""
     lp = torch.tensor(list(logprobs) or [0.0])
-    return torch.tensor([1.0, float(lp.mean()), float(lp.min()), float((lp < math.log(0.5)).float().mean()),
-                         math.log1p(len(logprobs)), math.log1p(prompt_len)])  # fmt: skip
+    return torch.tensor(
+        [
+            1.0,
+            float(lp.mean()),
+            float(lp.min()),
+            float((lp < math.log(0.5)).float().mean()),
+            math.log1p(len(logprobs)),
+            math.log1p(prompt_len),
+        ]
+    )
 
 
 class SuccessHead:
@@ -148,8 +156,14 @@ def pruned_rollout(
                 for i in running:
                     feats[i] = partial_features(len(by_id[i].prompt_ids), lps[i])
                 probs = {i: float(head.prob(feats[i])) for i in running}
-                kept = set(choose_kept([done[i].reward if i in done else None for i in ids],
-                                       [probs.get(i) for i in ids], cfg.keep, cfg.success_frac))  # fmt: skip
+                kept = set(
+                    choose_kept(
+                        [done[i].reward if i in done else None for i in ids],
+                        [probs.get(i) for i in ids],
+                        cfg.keep,
+                        cfg.success_frac,
+                    )
+                )
                 for k, i in enumerate(ids):
                     if k not in kept and i not in done:
                         cut = engine.abort(i)

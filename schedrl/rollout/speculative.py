@@ -154,8 +154,11 @@ def _draft_logits(
         allowed |= torch.eye(width, dtype=torch.bool)  # padding attends to itself: no empty softmax rows
         mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
         with torch.inference_mode():
-            logits = model(input_ids=ids.to(dev), position_ids=pos.to(dev),
-                           attention_mask=mask[:, None].to(dev)).logits.float().cpu()  # fmt: skip
+            logits = (
+                model(input_ids=ids.to(dev), position_ids=pos.to(dev), attention_mask=mask[:, None].to(dev))
+                .logits.float()
+                .cpu()
+            )
         for r, (prompt, members, _) in enumerate(batch):
             at = len(prompt)
             for i in members:
@@ -219,8 +222,10 @@ def verify_drafts(
         if _stop_rules(d.params) != _stop_rules(req.params):
             raise ValueError(f"verify_drafts: the draft of request {req.id!r} has other stop rules")
         if _truncated(d.params) and draft_model is None:
-            raise ValueError(f"verify_drafts: the draft of request {req.id!r} was sampled with top-k/top-p "
-                             "(stored log-probs are before truncation); pass draft_model")  # fmt: skip
+            raise ValueError(
+                f"verify_drafts: the draft of request {req.id!r} was sampled with top-k/top-p "
+                "(stored log-probs are before truncation); pass draft_model"
+            )
         if req.prefix_ids:
             raise ValueError(f"verify_drafts: request {req.id!r} already has a prefix")
         if req.params.stop_strings and tokenizer is None:
@@ -275,13 +280,29 @@ def verify_drafts(
         elif len(keep) >= req.params.max_new_tokens:
             reason = "length"
         else:
-            out[b] = replace(req, prefix_ids=tuple(keep), prefix_logprobs=tuple(lps),
-                             prefix_versions=(version,) * len(keep))  # fmt: skip
+            out[b] = replace(
+                req,
+                prefix_ids=tuple(keep),
+                prefix_logprobs=tuple(lps),
+                prefix_versions=(version,) * len(keep),
+            )
             continue
         stats.completed += 1
         text = tokenizer.decode(keep, skip_special_tokens=True) if tokenizer is not None else ""
-        out[b] = Sample(req.id, req.prompt_ids, tuple(keep), tuple(lps), (version,) * len(keep), reason,
-                        req.params, text, Timings(), req.task_id, req.group_id, req.sample_index)  # fmt: skip
+        out[b] = Sample(
+            req.id,
+            req.prompt_ids,
+            tuple(keep),
+            tuple(lps),
+            (version,) * len(keep),
+            reason,
+            req.params,
+            text,
+            Timings(),
+            req.task_id,
+            req.group_id,
+            req.sample_index,
+        )
     return out, stats
 
 
@@ -300,10 +321,15 @@ def _residual_q(
             need.append(b)
     if need:
         if draft_model is None:
-            raise ValueError("verify_drafts: a sampled draft was rejected and its residual needs the full draft "
-                             "distribution; pass draft_model (the policy that generated the drafts)")  # fmt: skip
-        q_logits = _draft_logits(draft_model, [requests[b].prompt_ids for b in need],
-                                 [draft_toks[b][: rejected[b] + 1] for b in need])  # fmt: skip
+            raise ValueError(
+                "verify_drafts: a sampled draft was rejected and its residual needs the full draft "
+                "distribution; pass draft_model (the policy that generated the drafts)"
+            )
+        q_logits = _draft_logits(
+            draft_model,
+            [requests[b].prompt_ids for b in need],
+            [draft_toks[b][: rejected[b] + 1] for b in need],
+        )
         for k, b in enumerate(need):
             out[b] = _sampling_probs(q_logits[k][rejected[b] : rejected[b] + 1], drafts[b].params)[0]
     return out

@@ -36,10 +36,14 @@ class StepRollout:
         self.r, self.seed = cfg.rollout, cfg.seed
         self.engine, self.model, self.tokenizer = engine, model, tokenizer
         self.drafts = DraftStore() if self.r.speculative else None
-        self.draft_weights: dict[int, dict[str, torch.Tensor]] = {}  # version -> the weights that sampled at it
+        self.draft_weights: dict[
+            int, dict[str, torch.Tensor]
+        ] = {}  # version -> the weights that sampled at it
         self.draft_model = copy.deepcopy(model).eval().requires_grad_(False) if self.r.speculative else None
         self.prune = (
-            PruneConfig(self.r.prune_keep, self.r.prune_success_frac, self.r.prune_check_tokens, self.r.prune_mode)
+            PruneConfig(
+                self.r.prune_keep, self.r.prune_success_frac, self.r.prune_check_tokens, self.r.prune_mode
+            )
             if self.r.prune_keep
             else None
         )
@@ -64,11 +68,13 @@ class StepRollout:
         self.drafts.put(samples)
         self.draft_weights[version] = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         return _scored(samples, score), {
-            "spec_drafts": float(stats.drafts), "spec_draft_tokens": float(stats.draft_tokens),
-            "spec_accepted_tokens": float(stats.accepted), "spec_rejected": float(stats.rejected),
+            "spec_drafts": float(stats.drafts),
+            "spec_draft_tokens": float(stats.draft_tokens),
+            "spec_accepted_tokens": float(stats.accepted),
+            "spec_rejected": float(stats.rejected),
             "spec_acceptance": stats.acceptance_rate,
             "spec_completed": float(stats.completed),
-        }  # fmt: skip
+        }
 
     def _speculative(self, requests: Sequence[Request], version: int) -> tuple[list[Sample], SpecStats]:
         """Verify every usable draft, grouped by the version that sampled it; run the rest on the engine."""
@@ -82,10 +88,15 @@ class StepRollout:
         for v, idx in sorted(by_version.items()):
             self.draft_model.load_state_dict(self.draft_weights[v])
             done, s = verify_drafts(
-                self.model, [requests[i] for i in idx], [self.drafts.get(requests[i]) for i in idx],
-                eos_ids=self.engine.eos_ids, tokenizer=self.tokenizer, draft_model=self.draft_model,
-                version=version, seed=derive_seed(self.seed, "spec", version, v),
-            )  # fmt: skip
+                self.model,
+                [requests[i] for i in idx],
+                [self.drafts.get(requests[i]) for i in idx],
+                eos_ids=self.engine.eos_ids,
+                tokenizer=self.tokenizer,
+                draft_model=self.draft_model,
+                version=version,
+                seed=derive_seed(self.seed, "spec", version, v),
+            )
             stats.add(s)
             for i, x in zip(idx, done, strict=True):
                 out[i] = x

@@ -86,10 +86,21 @@ def collate(
     targets = torch.arange(length - 1)[None, :]
     mask = ((targets >= first[:, None]) & (targets < lengths[:, None] - 1)).float()
 
-    def per_target(values: Sequence[Sequence[float | int]], fill: float | int, dtype: torch.dtype) -> torch.Tensor:
-        return torch.tensor([[fill] * (len(p) - 1) + list(v) + [fill] * (length - len(r))
-                             for p, v, r in zip(prompts, values, rows, strict=True)], dtype=dtype)  # fmt: skip
+    def per_target(
+        values: Sequence[Sequence[float | int]], fill: float | int, dtype: torch.dtype
+    ) -> torch.Tensor:
+        return torch.tensor(
+            [
+                [fill] * (len(p) - 1) + list(v) + [fill] * (length - len(r))
+                for p, v, r in zip(prompts, values, rows, strict=True)
+            ],
+            dtype=dtype,
+        )
 
-    blp = per_target(behaviour_logp, 0.0, torch.float32) if behaviour_logp is not None else torch.zeros(mask.shape)
+    blp = (
+        per_target(behaviour_logp, 0.0, torch.float32)
+        if behaviour_logp is not None
+        else torch.zeros(mask.shape)
+    )
     ver = per_target(versions, -1, torch.long) if versions is not None else None
     return TokenBatch(ids, attn, ids[:, 1:].clone(), mask, blp, ver)

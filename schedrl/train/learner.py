@@ -8,7 +8,6 @@ pure function looked up by name in `schedrl.algos`.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import math
 from collections import defaultdict
@@ -17,8 +16,7 @@ from dataclasses import asdict
 import torch
 
 from schedrl.algos import entropy_from_logits, masked_mean, offpolicy_stats, registry, token_logprobs
-from schedrl.algos.ppo import ppo_advantages
-from schedrl.algos.rover import vocab_mean_logp
+from schedrl.algos.offpolicy import CORRECTIONS, correctable_losses
 from schedrl.config import AlgoConfig, OptimConfig
 from schedrl.train.batch import TokenBatch, prompt_groups, prompt_lengths
 from schedrl.train.optimizer import adamw
@@ -28,42 +26,22 @@ from schedrl.train.value_head import ValueHead
 
 log = logging.getLogger(__name__)
 
-# algo.correction -> the registered loss that replaces the PPO-clip surrogate of algo.name
-CORRECTION_LOSSES = {"decoupled": "decoupled_ppo", "tis": "tis", "cross_stage": "cross_stage_is"}
-CORRECTABLE = ("grpo", "dapo")
-# Keywords the learner fills per micro-batch; the rest of a loss's keywords come from AlgoConfig.
-_BATCH_KWARGS = (
-    "ref_logp", "behav_logp", "versions", "prox_version", "max_tokens", "values", "old_values", "returns",
-    "mean_logp", "old_mean_logp", "group_index",
-)  # fmt: skip
 
-
-def _config_kwargs(algo: AlgoConfig) -> dict:
-    return {
-        "clip_eps": algo.clip_eps, "clip_eps_high": algo.clip_eps_high, "agg": algo.loss_agg,
-        "kl_coef": algo.kl_coef, "kl_estimator": algo.kl_estimator, "is_cap": algo.is_cap,
-        "vf_coef": algo.vf_coef, "vf_clip": algo.vf_clip,
-        "rover_temp": algo.rover_temp, "pacs_beta": algo.pacs_beta,
-    }  # fmt: skip
+def loss_name(algo: AlgoConfig) -> str:
+    """The registered loss a run trains with: `algo.name`, or the off-policy correction replacing its surrogate."""
+    return CORRECTIONS[algo.correction] if algo.correction != "none" else algo.name
 
 
 def _cannot_drive(name: str, algo: AlgoConfig) -> str | None:
-    """Why the learner cannot call the loss registered as `name` under `algo`, or None when it can."""
-    if name in CORRECTION_LOSSES.values():
+    """Why the learner cannot train `algo.name` = `name` under `algo`, or None when it can."""
+    spec = registry.loss_spec(name)
+    if spec.correction:
         return "it is an off-policy correction; set algo.correction with algo.name one of " + ", ".join(
-            CORRECTABLE
+            correctable_losses()
         )
-    params = inspect.signature(registry.get("loss", name)).parameters
-    known = set(_config_kwargs(algo)) | set(_BATCH_KWARGS)
-    unknown = [
-        k for k, p in params.items()
-        if p.kind is p.KEYWORD_ONLY and p.default is p.empty and k not in known
-    ]  # fmt: skip
-    if unknown:
-        return f"it needs {', '.join(unknown)}, which the learner cannot supply"
-    if algo.kl_coef > 0 and "ref_logp" not in params:
+    if algo.kl_coef > 0 and "ref_logp" not in spec.inputs:
         return f"it takes no ref_logp, so algo.kl_coef={algo.kl_coef} cannot apply"
-    if algo.loss_agg != "token_mean" and "agg" not in params:
+    if algo.loss_agg != "token_mean" and spec.norm != "agg":
         return f"it does not take agg, so algo.loss_agg={algo.loss_agg!r} cannot apply"
     return None
 
@@ -84,7 +62,9 @@ def takes_4d_masks(model: torch.nn.Module) -> bool:
     config = getattr(model, "config", None)
     layer_types = getattr(config, "layer_types", None) or ()
     sliding = any("sliding" in t for t in layer_types) or (
-        not layer_types and getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True)
+        not layer_types
+        and getattr(config, "sliding_window", None)
+        and getattr(config, "use_sliding_window", True)
     )
     return getattr(config, "_attn_implementation", None) in ("eager", "sdpa") and not sliding
 
@@ -114,25 +94,25 @@ class Learner:
         self.device = next(model.parameters()).device
         self.padding_free, self._packing_checked = optim.padding_free, False
         self.share_prompts = optim.share_prompts and takes_4d_masks(model)
-        self.loss_fn = registry.get("loss", algo.name)
         why = _cannot_drive(algo.name, algo)
         if why:
             raise ValueError(
                 f"algo.name={algo.name!r}: the learner cannot drive this loss: {why}; "
                 f"pick one of: {', '.join(_learner_losses(algo))}"
             )
-        if algo.correction != "none":
-            if algo.name not in CORRECTABLE:
-                raise ValueError(
-                    f"algo.correction={algo.correction!r} replaces the PPO-clip surrogate of algo.name, "
-                    f"which must be one of {', '.join(CORRECTABLE)}; got algo.name={algo.name!r}"
-                )
-            self.loss_fn = registry.get("loss", CORRECTION_LOSSES[algo.correction])
-        self.loss_params = inspect.signature(self.loss_fn).parameters
-        self.config_kwargs = {k: v for k, v in _config_kwargs(algo).items() if k in self.loss_params}
+        if algo.correction != "none" and algo.name not in correctable_losses():
+            raise ValueError(
+                f"algo.correction={algo.correction!r} replaces the PPO-clip surrogate of algo.name, "
+                f"which must be one of {', '.join(correctable_losses())}; got algo.name={algo.name!r}"
+            )
+        self.loss_fn = registry.get("loss", loss_name(algo))
+        self.spec = registry.loss_spec(loss_name(algo))
+        self.config_kwargs = {k: getattr(algo, k) for k in self.spec.options}
+        if self.spec.norm == "agg":
+            self.config_kwargs["agg"] = algo.loss_agg
         self.value_head = None
         params = model.parameters()
-        if "values" in self.loss_params:
+        if "values" in self.spec.inputs:
             self.value_head = ValueHead(model.config.hidden_size).to(self.device)
             params = [*model.parameters(), *self.value_head.parameters()]
         self.optimizer = adamw(params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay)
@@ -159,11 +139,17 @@ class Learner:
             packing = self._check_packing(model, batch, packing)
         with self._autocast():
             if packing is None:
-                out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                            output_hidden_states=with_values, use_cache=False)  # fmt: skip
+                out = model(
+                    input_ids=batch.input_ids,
+                    attention_mask=batch.attention_mask,
+                    output_hidden_states=with_values,
+                    use_cache=False,
+                )
                 logits, hidden = out.logits, out.hidden_states[-1] if with_values else None
             else:
-                out = model(**packing.model_inputs(_dtype(model)), output_hidden_states=with_values, use_cache=False)
+                out = model(
+                    **packing.model_inputs(_dtype(model)), output_hidden_states=with_values, use_cache=False
+                )
                 logits = packing.unpack(out.logits)
                 hidden = packing.unpack(out.hidden_states[-1]) if with_values else None
             values = self.value_head(hidden[:, :-1]) if with_values else None
@@ -189,39 +175,49 @@ class Learner:
         model.eval()
         try:
             with self._autocast():
-                padded = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)  # fmt: skip
+                padded = model(
+                    input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
+                )
                 packed = model(**packing.model_inputs(_dtype(model)), use_cache=False)
         finally:
             model.train(training)
-        a, b = (token_logprobs(x[:, :-1].float(), batch.targets, self.temperature)
-                for x in (padded.logits, packing.unpack(packed.logits)))  # fmt: skip
+        a, b = (
+            token_logprobs(x[:, :-1].float(), batch.targets, self.temperature)
+            for x in (padded.logits, packing.unpack(packed.logits))
+        )
         diff = float(((a - b).abs() * batch.mask).max()) if batch.mask.any() else 0.0
         tol = 1e-3 if self.device.type == "cpu" else 5e-2  # bf16 autocast on accelerators
         if diff <= tol:
             return packing
         if packing.unit_ids is not None:  # the shared layout
             self.share_prompts = False
-            log.warning("the shared-prompt forward differs from the padded one by %.3g log-prob on this model: "
-                        "prompt sharing is off for this run (optim.share_prompts)", diff)  # fmt: skip
+            log.warning(
+                "the shared-prompt forward differs from the padded one by %.3g log-prob on this model: "
+                "prompt sharing is off for this run (optim.share_prompts)",
+                diff,
+            )
             plain = self._packing(batch)
             if plain is None:  # nothing to check on this batch: the next one that packs is checked
                 self._packing_checked = False
                 return None
             return self._check_packing(model, batch, plain)
         self.padding_free = False
-        log.warning("padding-free forward differs from the padded one by %.3g log-prob on this model: "
-                    "packing is off for this run (optim.padding_free)", diff)  # fmt: skip
+        log.warning(
+            "padding-free forward differs from the padded one by %.3g log-prob on this model: "
+            "packing is off for this run (optim.padding_free)",
+            diff,
+        )
         return None
 
     @torch.no_grad()
-    def vocab_mean_logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        """Mean over the vocabulary of log pi(v | s_t) (B, L-1) under the current policy, no gradients."""
+    def vocab_stats(self, batch: TokenBatch) -> torch.Tensor:
+        """The loss's vocabulary statistic (B, L-1) (e.g. the mean of log pi(v | s_t) over the vocabulary)
+        under the current policy, without gradients."""
         out = torch.zeros_like(batch.mask)
         for idx in self._chunks(torch.arange(len(batch)), batch):
             mb = batch.select(idx).to(self.device)
-            out[idx, : mb.targets.shape[1]] = vocab_mean_logp(
-                self._forward(self.model, mb)[1], self.temperature
-            ).cpu()
+            stat = self.spec.vocab_stat(self._forward(self.model, mb)[1], self.temperature)
+            out[idx, : mb.targets.shape[1]] = stat.cpu()
         return out
 
     @torch.no_grad()
@@ -260,23 +256,25 @@ class Learner:
         old_logp = self.logprobs(self.model, batch) if several_updates else None
         ref_logp = self.logprobs(self.ref_model, batch) if self.algo.kl_coef > 0 else None
         extra: dict[str, torch.Tensor] = {}  # (B, L-1) inputs sliced per micro-batch
-        if corrected and "versions" in self.loss_params and batch.versions is None:
+        needs = self.spec.inputs
+        if corrected and "versions" in needs and batch.versions is None:
             raise ValueError(
                 f"algo.correction={self.algo.correction!r} needs per-token policy versions: build the batch "
                 "with collate(..., versions=[sample.versions ...])"
             )
-        if "returns" in self.loss_params:
+        if "returns" in needs:  # token advantages and returns from the value head (GAE)
             extra["old_values"] = self.values(batch)
-            advantages, extra["returns"] = ppo_advantages(
-                advantages, extra["old_values"], batch.mask, self.algo.gae_gamma, self.algo.gae_lambda
+            options = {k: getattr(self.algo, k) for k in self.spec.advantage_options}
+            advantages, extra["returns"] = self.spec.token_advantages(
+                advantages, extra["old_values"], batch.mask, **options
             )
-        if "old_mean_logp" in self.loss_params and several_updates:
-            extra["old_mean_logp"] = self.vocab_mean_logprobs(batch)
+        if "vocab_stat" in needs and several_updates:
+            extra["old_mean_logp"] = self.vocab_stats(batch)
         ctx = {
             "prox_version": step if version is None else version,
             "budget": self.max_new_tokens or int(batch.mask.sum(-1).max()),  # Dr. GRPO's per-row constant
             # losses over whole groups (PACS) see every sample of a group in one micro-batch
-            "groups": prompt_groups(batch) if "group_index" in self.loss_params else None,
+            "groups": prompt_groups(batch) if "groups" in needs else None,
             # one update under a correction: pi_prox of every row, filled in by the training forward
             "prox": torch.zeros_like(batch.mask) if corrected and old_logp is None else None,
         }
@@ -307,8 +305,9 @@ class Learner:
         order = torch.randperm(n_groups, generator=gen) if shuffle else torch.arange(n_groups)
         return [
             torch.cat([(groups == g).nonzero().squeeze(-1) for g in part.tolist()])
-            for part in order.tensor_split(self.cfg.minibatches) if len(part)
-        ]  # fmt: skip
+            for part in order.tensor_split(self.cfg.minibatches)
+            if len(part)
+        ]
 
     def _chunks(self, rows: torch.Tensor, batch: TokenBatch) -> list[torch.Tensor]:
         """Micro-batches of `rows`: sorted by length, each at most `micro_batch_size` rows and, past
@@ -360,25 +359,24 @@ class Learner:
         return [torch.tensor(c) for c in chunks]
 
     def _loss_kwargs(self, mb: TokenBatch, idx, width, mb_inds, ref_logp, extra, ctx, values, logits) -> dict:
+        """The keywords of one micro-batch's loss call: what the loss's spec asks for."""
         kw = dict(self.config_kwargs)
-        p = self.loss_params
-        if "ref_logp" in p:
+        needs = self.spec.inputs
+        if "ref_logp" in needs:
             kw["ref_logp"] = ref_logp[idx, :width].to(self.device) if ref_logp is not None else None
-        if "behav_logp" in p:
+        if "behav_logp" in needs:
             kw["behav_logp"] = mb.behaviour_logp
-        if "versions" in p:
-            kw["versions"] = mb.versions
-        if "prox_version" in p:
-            kw["prox_version"] = ctx["prox_version"]
-        if "max_tokens" in p:
+        if "versions" in needs:
+            kw["versions"], kw["prox_version"] = mb.versions, ctx["prox_version"]
+        if self.spec.norm == "constant":
             kw["max_tokens"] = len(mb_inds) * ctx["budget"]  # rows x budget, as TRL's dr_grpo
-        if "values" in p:
+        if "values" in needs:
             kw["values"] = values
-        if "mean_logp" in p:
-            kw["mean_logp"] = vocab_mean_logp(logits.detach(), self.temperature)
-        if "old_mean_logp" in p and "old_mean_logp" not in extra:  # one update: pi_old = pi_theta
-            kw["old_mean_logp"] = kw["mean_logp"]
-        if "group_index" in p:
+        if "vocab_stat" in needs:
+            kw["mean_logp"] = self.spec.vocab_stat(logits.detach(), self.temperature)
+            if "old_mean_logp" not in extra:  # one update: pi_old = pi_theta
+                kw["old_mean_logp"] = kw["mean_logp"]
+        if "groups" in needs:
             kw["group_index"] = ctx["groups"][idx].to(self.device)
         for k, t in extra.items():
             kw[k] = t[idx, :width].to(self.device)
@@ -389,8 +387,8 @@ class Learner:
         mb_tokens = float(batch.mask[mb_inds].sum().clamp(min=1))
         sums: dict[str, float] = defaultdict(float)
         finite = True
-        summed = "max_tokens" in self.loss_params  # the loss divides by a constant: micro-batch losses add up
-        per_row = "agg" not in self.loss_params and not summed  # a mean over sequences
+        summed = self.spec.norm == "constant"  # the loss divides by a constant: micro-batch losses add up
+        per_row = self.spec.norm == "sequence"  # a mean over sequences
         for idx in self._micro_batches(mb_inds, ctx["groups"], batch):
             mb = batch.select(idx).to(self.device)
             logp, logits, values = self._forward_values(self.model, mb, self.value_head is not None)

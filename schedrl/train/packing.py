@@ -67,8 +67,15 @@ class Packing:
 
     def to(self, device: torch.device) -> Packing:
         move = lambda t: t.to(device) if t is not None else None  # noqa: E731
-        return Packing(move(self.input_ids), move(self.position_ids), move(self.src), move(self.dst),
-                       self.batch_shape, move(self.unit_ids), move(self.segment_ids))  # fmt: skip
+        return Packing(
+            move(self.input_ids),
+            move(self.position_ids),
+            move(self.src),
+            move(self.dst),
+            self.batch_shape,
+            move(self.unit_ids),
+            move(self.segment_ids),
+        )
 
     def model_inputs(self, dtype: torch.dtype) -> dict[str, Tensor]:
         """Keyword arguments of the model's forward; a 4D mask goes in additive (0 or the dtype's minimum),
@@ -121,9 +128,12 @@ def pack_shared(
 
 
 def pack_fewest(
-    input_ids: Tensor, attention_mask: Tensor, prefix_lens: Tensor | None = None, pad_id: int = 0,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    prefix_lens: Tensor | None = None,
+    pad_id: int = 0,
     width: int = PACK_WIDTH,
-) -> Packing:  # fmt: skip
+) -> Packing:
     """`pack`, or `pack_shared` when `prefix_lens` is given and its rows hold fewer tokens (distinct
     prompts share nothing, and its wider rows can leave more padding). Only the chosen one is built."""
     lens = _lengths(attention_mask, "pack_fewest")
@@ -221,8 +231,15 @@ def _build_shared(shape, dtype, rows_ids, lens, units, plan: _Plan, pad_id: int)
             dst += range(i * length, i * length + lens[i])
             at = end
     rows2d = lambda x, dt=torch.long: torch.tensor(x, dtype=dt).view(-1, width)  # noqa: E731
-    return Packing(rows2d(ids, dtype), rows2d(pos), torch.tensor(src), torch.tensor(dst), (b, length),
-                   rows2d(unit), rows2d(seg))  # fmt: skip
+    return Packing(
+        rows2d(ids, dtype),
+        rows2d(pos),
+        torch.tensor(src),
+        torch.tensor(dst),
+        (b, length),
+        rows2d(unit),
+        rows2d(seg),
+    )
 
 
 def _lengths(attention_mask: Tensor, caller: str) -> list[int]:
@@ -232,6 +249,8 @@ def _lengths(attention_mask: Tensor, caller: str) -> list[int]:
     bad = (attention_mask.bool() != (torch.arange(length)[None, :] < lengths[:, None])).any(-1).nonzero()
     if len(bad):
         r = int(bad[0])
-        raise ValueError(f"{caller}: attention_mask must be right-padded (each row: ones, then zeros); "
-                         f"row {r} is {attention_mask[r].tolist()}")  # fmt: skip
+        raise ValueError(
+            f"{caller}: attention_mask must be right-padded (each row: ones, then zeros); "
+            f"row {r} is {attention_mask[r].tolist()}"
+        )
     return lengths.tolist()

@@ -1,0 +1,164 @@
+"""The engine workers of the asynchronous pipeline: where each request is, and what reaches them.
+
+The fleet sends each group whole to the engine holding the fewest requests, keeps two
+`run` calls queued on every busy engine (so an engine starts its next chunk while the
+loop handles the last one's samples), cuts every request (abort, prefix kept), pushes
+weights to every engine, and replaces an engine that died. It decides nothing about
+*when*: the weight-sync policy and the pipeline's loop do.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from schedrl.distributed import WorkerDiedError
+from schedrl.types import Request, Sample
+
+log = logging.getLogger(__name__)
+RUN_CALLS_QUEUED = 2  # `run` calls kept queued on each engine
+MAX_RESTARTS = 3
+
+
+def by_group(requests: Sequence[Request]) -> list[tuple[str, list[Request]]]:
+    """Requests grouped by group id, groups and members in order of appearance."""
+    out: dict[str, list[Request]] = {}
+    for r in requests:
+        out.setdefault(r.group_id, []).append(r)
+    return list(out.items())
+
+
+class EngineFleet:
+    """`num_engines` engine workers on a backend, started on `weights` at `version`.
+
+    `on_samples(samples)` receives every finished or cut sample; `on_restart(index, group_ids)`
+    is called after engine `index` died and was replaced, with the groups it held, so their
+    requests can be sent again.
+    """
+
+    def __init__(
+        self,
+        backend: Any,
+        cfg: dict,
+        weights: Any,
+        version: int,
+        num_engines: int,
+        on_samples: Callable[[list[Sample]], None],
+        on_restart: Callable[[int, set[str]], None],
+    ) -> None:
+        self.backend, self.cfg = backend, cfg
+        self.on_samples, self.on_restart = on_samples, on_restart
+        self.weights, self.version = weights, version  # the weights the engines hold (or will, once pushed)
+        self.staged: tuple[Any, int] | None = None  # weights waiting to be pushed (see `stage`)
+        self.restarts = 0
+        self.in_engine: dict[str, tuple[str, int]] = {}  # request id -> (group id, engine index)
+        self.engines = [backend.start_engine(cfg, weights, version, i) for i in range(num_engines)]
+        self.futures: list[list] = [[] for _ in self.engines]  # each engine's outstanding `run` calls
+
+    @property
+    def idle(self) -> bool:
+        return not self.in_engine
+
+    def busy(self) -> list[int]:
+        return sorted({e for _, e in self.in_engine.values()})
+
+    def send(self, requests: Sequence[Request]) -> None:
+        """Hand `requests` to the engines, each group to the engine holding the fewest requests."""
+        load = Counter(e for _, e in self.in_engine.values())
+        per_engine: dict[int, list[Request]] = {}
+        for _, members in by_group(requests):
+            i = min(range(len(self.engines)), key=lambda e: (load[e], e))
+            load[i] += len(members)
+            per_engine.setdefault(i, []).extend(members)
+            for r in members:
+                self.in_engine[r.id] = (r.group_id, i)
+        for i, reqs in sorted(per_engine.items()):
+            self.backend.call(self.engines[i], "add", reqs)
+
+    def group_of(self, request_id: str) -> str:
+        return self.in_engine[request_id][0]
+
+    def release(self, request_id: str) -> str:
+        """Forget a request that came back; returns its group id."""
+        return self.in_engine.pop(request_id)[0]
+
+    def push(self, weights: Any, version: int, skip: int | None = None) -> None:
+        """Send `weights` (policy `version`) to every engine but `skip`; they take them between decode steps."""
+        for i, engine in enumerate(self.engines):
+            if i != skip:
+                self.backend.call(engine, "update_weights", weights, version)
+        self.weights, self.version = weights, version
+
+    def stage(self, weights: Any, version: int) -> None:
+        """Hold `weights` back until `flush`: the engines finish what they hold on the old ones."""
+        self.staged = (weights, version)
+
+    def flush(self, skip: int | None = None) -> None:
+        """Push the staged weights, if any."""
+        if self.staged is not None:
+            self.push(*self.staged, skip=skip)
+            self.staged = None
+
+    def keep_running(self, chunk_steps: int) -> list:
+        """Queue `run` calls on every busy engine; returns every outstanding call."""
+        for i in self.busy():
+            while len(self.futures[i]) < RUN_CALLS_QUEUED:
+                self.futures[i].append(self.backend.call(self.engines[i], "run", chunk_steps))
+        return [f for fs in self.futures for f in fs]
+
+    def collect(self, ready: Sequence) -> None:
+        """Hand the samples of every finished `run` call to `on_samples`, in each engine's order."""
+        for i, queue in enumerate(self.futures):
+            # An engine runs its calls in order: everything up to its last ready call is done.
+            n = max((k + 1 for k, f in enumerate(queue) if any(r is f for r in ready)), default=0)
+            done, self.futures[i] = queue[:n], queue[n:]
+            for f in done:
+                out = self._get(i, f)
+                if out is None:  # died and restarted: its queue is gone
+                    break
+                self.on_samples(out)
+
+    def cut(self) -> None:
+        """Abort everything in the engines; the cut samples go to `on_samples` with their prefixes."""
+        while self.in_engine:
+            busy = self.busy()
+            aborts = {i: self.backend.call(self.engines[i], "abort_all") for i in busy}
+            for i in busy:
+                outs = [*self.futures[i], aborts[i]]
+                self.futures[i] = []
+                for f in outs:
+                    out = self._get(i, f)
+                    if out is None:  # died and restarted: what it held was resent; cut again
+                        break
+                    self.on_samples(out)
+
+    def _get(self, i: int, future) -> list[Sample] | None:
+        try:
+            return self.backend.get(future)
+        except WorkerDiedError as err:
+            self._restart(i, err)
+            return None
+
+    def _restart(self, i: int, err: Exception) -> None:
+        """Engine `i` died: start a new one on the latest weights; `on_restart` resends what it held."""
+        self.restarts += 1
+        log.warning("engine worker %d died (%s); restarting it (restart %d)", i, err, self.restarts)
+        if self.restarts > MAX_RESTARTS:
+            raise RuntimeError(f"engine worker died {self.restarts} times; last error: {err}") from err
+        self.backend.kill(self.engines[i])
+        self.futures[i] = []
+        self.flush(skip=i)  # every engine gets the latest weights: the new one starts on them
+        self.engines[i] = self.backend.start_engine(self.cfg, self.weights, self.version, i)
+        lost = [rid for rid, (_, e) in self.in_engine.items() if e == i]
+        self.on_restart(i, {self.in_engine.pop(rid)[0] for rid in lost})
+
+    def spans(self) -> list:
+        spans = []
+        for engine in self.engines:
+            try:
+                spans += self.backend.get(self.backend.call(engine, "spans"))
+            except WorkerDiedError:
+                continue
+        return spans
