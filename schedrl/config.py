@@ -329,11 +329,11 @@ def _validate(cfg: RunConfig) -> None:
 
 
 def _validate_admission(e: EngineSection) -> None:
-    from schedrl.engine.admission import admission_names, make_admission
+    from schedrl.rollout.registry import ADMISSION, make_admission
 
-    if e.admission not in admission_names():
+    if e.admission not in ADMISSION:
         raise ConfigError(
-            f"config field 'engine.admission' must be one of {', '.join(admission_names())}, "
+            f"config field 'engine.admission' must be one of {', '.join(ADMISSION.names())}, "
             f"got {e.admission!r}"
         )
     try:

@@ -21,8 +21,9 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """Names -> objects of one kind (functions or classes), each with a one-line description."""
 
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
+    def __init__(self, kind: str, listing: str = "valid") -> None:
+        """`kind` names one entry in messages ("unknown task 'x'"); `listing` heads the valid names."""
+        self.kind, self.listing = kind, listing
         self._entries: dict[str, tuple[T, str]] = {}
 
     def register(self, name: str, description: str = "") -> Callable[[T], T]:
@@ -46,7 +47,7 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         """The object registered as `name`; `ValueError` listing the valid names otherwise."""
         if name not in self._entries:
-            raise ValueError(f"unknown {self.kind} {name!r}; valid: {', '.join(self.names())}")
+            raise ValueError(f"unknown {self.kind} {name!r}; {self.listing}: {', '.join(self.names())}")
         return self._entries[name][0]
 
     def names(self) -> list[str]:

@@ -7,8 +7,8 @@ import pytest
 
 from schedrl.data import DataContext, ScoredGroup, make_scheduler
 from schedrl.data.base import largest_remainder
-from schedrl.data.budget_alloc import allocate, group_value
-from schedrl.data.easy_to_hard import level_probs
+from schedrl.data.coba import allocate, group_value
+from schedrl.data.e2h import level_probs
 from schedrl.data.paced import weighted_sample
 from schedrl.envs import Task, make_task
 from schedrl.seeding import derive_seed

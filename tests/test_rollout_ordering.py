@@ -6,9 +6,16 @@ import random
 import pytest
 import torch
 
-from schedrl.engine import EngineConfig, HFEngine, make_admission
+from schedrl.engine import EngineConfig, HFEngine
 from schedrl.envs import make_task
-from schedrl.rollout import HistoryPredictor, LengthOrdered, RankerPredictor, SiblingPredictor, kendall_tau
+from schedrl.rollout import (
+    HistoryPredictor,
+    LengthOrdered,
+    RankerPredictor,
+    SiblingPredictor,
+    kendall_tau,
+    make_admission,
+)
 from schedrl.rollout.ranker import prompt_features
 from schedrl.types import Request, Sample, SamplingParams
 
@@ -133,7 +140,8 @@ def test_named_policy_is_built_and_bound_by_the_engine(model, tokenizer):
     engine = HFEngine(
         model,
         tokenizer,
-        EngineConfig(max_concurrency=2, admission="lpt", admission_args={"predictor": "sibling"}),
+        EngineConfig(max_concurrency=2),
+        admission=make_admission("lpt", predictor="sibling"),
     )
     reqs = [
         Request(

@@ -15,7 +15,6 @@ from pathlib import Path
 import torch
 
 from schedrl.config import RunConfig, config_from_dict
-from schedrl.engine import HFEngine
 from schedrl.timeline import Recorder, Span
 from schedrl.train.batch import collate
 from schedrl.train.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
@@ -47,13 +46,13 @@ class EngineWorker:
         name: str = "engine",
     ):
         # imported here, to keep this module light to import
-        from schedrl.orchestrate.build import engine_config, load_policy
+        from schedrl.orchestrate.build import load_policy, make_engine
 
         pin(cores, threads)
         self.cfg: RunConfig = config_from_dict(cfg)
         model, self.tokenizer = load_policy(self.cfg, self.cfg.model.path, torch.device("cpu"))
         model.load_state_dict(weights)
-        self.engine = HFEngine(model, self.tokenizer, engine_config(self.cfg), version=version)
+        self.engine = make_engine(self.cfg, model, self.tokenizer, version=version)
         self.timeline = Recorder(name)
 
     def add(self, requests: Sequence[Request]) -> None:

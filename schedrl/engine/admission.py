@@ -73,25 +73,3 @@ class StaticBatch:
         if num_running:
             return []
         return take_in_order(range(len(waiting)), waiting, free_slots, token_budget)
-
-
-ADMISSION_POLICIES = {"fcfs": FCFS, "priority": Priority, "static": StaticBatch}
-
-
-def admission_names() -> list[str]:
-    from schedrl.rollout.policies import ROLLOUT_ADMISSION  # length- and memory-aware policies
-
-    return sorted([*ADMISSION_POLICIES, *ROLLOUT_ADMISSION])
-
-
-def make_admission(name: str, **kwargs) -> AdmissionPolicy:
-    """A policy by name; `kwargs` go to the rollout scheduler's policies (the engine's take none)."""
-    if name in ADMISSION_POLICIES:
-        if kwargs:
-            raise ValueError(f"admission policy {name!r} takes no arguments, got {', '.join(sorted(kwargs))}")
-        return ADMISSION_POLICIES[name]()
-    from schedrl.rollout.policies import ROLLOUT_ADMISSION, make_rollout_admission
-
-    if name in ROLLOUT_ADMISSION:
-        return make_rollout_admission(name, **kwargs)
-    raise ValueError(f"unknown admission policy {name!r}; valid: {', '.join(admission_names())}")

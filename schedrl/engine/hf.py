@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from schedrl.engine.admission import AdmissionPolicy, make_admission
+from schedrl.engine.admission import FCFS, AdmissionPolicy
 from schedrl.engine.attention import ATTN_NAME, LAYOUT_KWARG, StepLayout
 from schedrl.engine.base import FinishCallback, TokenCallback
 from schedrl.engine.sampling import sample_tokens
@@ -40,9 +40,7 @@ class EngineConfig:
     max_concurrency: int = 32  # requests in the running batch (cache slots)
     max_batched_tokens: int = 2048  # tokens in one forward: decode tokens plus prefill tokens
     max_model_len: int | None = None  # tokens per sequence (prompt + output); default: the model's context
-    admission: str = "fcfs"  # admission policy name when no policy object is given
     seed: int = 0  # seeds requests that carry no seed of their own
-    admission_args: dict = field(default_factory=dict)  # keyword arguments of the named admission policy
     # Requests admitted in one step with the same prompt (the G samples of a group) prefill it once:
     # the others copy its cached keys/values and sample from its logits with their own seeds
     share_prompts: bool = True
@@ -106,12 +104,11 @@ class HFEngine:
         self.model = copy.deepcopy(model).eval()
         self.model.set_attn_implementation(ATTN_NAME)
         self.device = next(self.model.parameters()).device
-        self.admission = admission or make_admission(self.config.admission, **self.config.admission_args)
+        self.admission = admission if admission is not None else FCFS()
         self.on_token, self.on_finish = on_token, on_finish
-        if hasattr(
-            self.admission, "bind"
-        ):  # a policy that follows the running batch chains onto the callbacks
-            self.admission.bind(self)
+        bind = getattr(self.admission, "bind", None)
+        if bind is not None:  # a policy that follows the running batch chains onto the callbacks
+            bind(self)
         self.version = version
         self.eos_ids = _eos_ids(self.model, tokenizer)
         mc = self.model.config

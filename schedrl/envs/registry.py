@@ -13,23 +13,24 @@ from schedrl.envs.digits import ReverseDigitsTask, SortDigitsTask
 from schedrl.envs.longtail import LongtailMix
 from schedrl.envs.tiered import TieredMix
 from schedrl.envs.user import FileTask
+from schedrl.registry import Registry
 
-TASKS: dict[str, Callable[..., TaskSource]] = {
-    "addition": AdditionTask,
-    "sort": SortDigitsTask,
-    "reverse": ReverseDigitsTask,
-    "countdown": CountdownTask,
-    "longtail": LongtailMix,
-    "tiered": TieredMix,
-    "file": FileTask,
-}
+TASKS: Registry[Callable[..., TaskSource]] = Registry("task", "valid tasks")
+for _name, _factory in (
+    ("addition", AdditionTask),
+    ("sort", SortDigitsTask),
+    ("reverse", ReverseDigitsTask),
+    ("countdown", CountdownTask),
+    ("longtail", LongtailMix),
+    ("tiered", TieredMix),
+    ("file", FileTask),
+):
+    TASKS.add(_name, _factory)
 
 
 def make_task(name: str, **kwargs: Any) -> TaskSource:
     """Build the task registered as ``name``; ``ValueError`` for an unknown name or bad arguments."""
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(sorted(TASKS))}")
-    factory = TASKS[name]
+    factory = TASKS.get(name)
     params = inspect.signature(factory).parameters
     unknown = sorted(set(kwargs) - set(params))
     if unknown:

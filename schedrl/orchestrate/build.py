@@ -21,6 +21,7 @@ from schedrl.envs import TaskSource, make_task
 from schedrl.envs.scoring import RewardScorer
 from schedrl.models import build_char_tokenizer, build_tiny_model, default_device, load_model_and_tokenizer
 from schedrl.models.tiny import TinyModelConfig
+from schedrl.rollout.registry import make_admission
 from schedrl.rollout.step import StepRollout
 from schedrl.train.checkpoint import latest_checkpoint, load_checkpoint, set_rng_state
 from schedrl.train.learner import Learner
@@ -37,11 +38,15 @@ def engine_config(cfg: RunConfig) -> EngineConfig:
     return EngineConfig(
         max_concurrency=e.max_concurrency,
         max_batched_tokens=e.max_batched_tokens,
-        admission=e.admission,
-        admission_args=dict(e.admission_args),
         seed=cfg.seed,
         share_prompts=e.share_prompts,
     )
+
+
+def make_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer: Any, version: int = 0) -> HFEngine:
+    """The run's engine: its `engine` section, with the admission policy it names."""
+    admission = make_admission(cfg.engine.admission, **cfg.engine.admission_args)
+    return HFEngine(model, tokenizer, engine_config(cfg), admission=admission, version=version)
 
 
 @dataclass
@@ -116,7 +121,7 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False) -> Components:
         set_rng_state(rng)
         start_step = state.pop("step")
         log.info("resuming from %s at step %d", ckpt, start_step)
-    engine = HFEngine(model, tokenizer, engine_config(cfg), version=start_step or 0)
+    engine = make_engine(cfg, model, tokenizer, version=start_step or 0)
     scorer = RewardScorer(source, cfg.max_reward_error_rate)
     # Resuming without a checkpoint restarts from scratch: every logged row is dropped.
     logger = MetricsLogger(run, resume_step=start_step if ckpt else (-1 if resume else None))

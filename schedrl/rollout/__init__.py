@@ -3,22 +3,23 @@
 Ordering (FCFS / longest- / shortest-predicted-first with a starvation guard), length
 predictors (sibling, history, learned ranker), divided rollout, online pruning,
 speculative prefix reuse and memory-aware admission; the admission policies plug into
-the engine by name (`engine.admission`, see `policies.py`).
+the engine by name (`engine.admission`, see `registry.py`).
 """
 
 from schedrl.rollout.divided import divide, whole_groups
 from schedrl.rollout.groups import group_index, group_requests
 from schedrl.rollout.memory import PastFutureAdmission, peak_kv_tokens
 from schedrl.rollout.ordering import LengthOrdered
-from schedrl.rollout.policies import ROLLOUT_ADMISSION, make_rollout_admission
-from schedrl.rollout.predictors import HistoryPredictor, LengthPredictor, SiblingPredictor, make_predictor
+from schedrl.rollout.predictors import HistoryPredictor, LengthPredictor, SiblingPredictor
 from schedrl.rollout.pruning import PruneConfig, SuccessHead, choose_kept, pruned_rollout, training_samples
 from schedrl.rollout.rank_metrics import kendall_tau
 from schedrl.rollout.ranker import RankerPredictor
+from schedrl.rollout.registry import ADMISSION, PREDICTORS, make_admission, make_predictor
 from schedrl.rollout.speculative import DraftStore, SpecStats, verify_drafts
 
 __all__ = [
-    "ROLLOUT_ADMISSION",
+    "ADMISSION",
+    "PREDICTORS",
     "DraftStore",
     "HistoryPredictor",
     "LengthOrdered",
@@ -35,7 +36,7 @@ __all__ = [
     "group_requests",
     "kendall_tau",
     "make_predictor",
-    "make_rollout_admission",
+    "make_admission",
     "peak_kv_tokens",
     "pruned_rollout",
     "training_samples",

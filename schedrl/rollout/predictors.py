@@ -163,20 +163,3 @@ class HistoryPredictor(LengthPredictor):
         super().on_finish(sample)
         if sample.finish_reason != "aborted" and sample.task_id is not None:
             self._lengths.setdefault(sample.task_id, deque(maxlen=self.per_task)).append(sample.num_tokens)
-
-
-def predictor_names() -> list[str]:
-    return sorted(_registry())
-
-
-def _registry() -> dict[str, type]:
-    from schedrl.rollout.ranker import RankerPredictor
-
-    return {"sibling": SiblingPredictor, "history": HistoryPredictor, "ranker": RankerPredictor}
-
-
-def make_predictor(name: str, **kwargs) -> LengthPredictor:
-    registry = _registry()
-    if name not in registry:
-        raise ValueError(f"unknown length predictor {name!r}; valid: {', '.join(sorted(registry))}")
-    return registry[name](**kwargs)
