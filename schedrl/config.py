@@ -127,8 +127,8 @@ class EvalConfig:
 class PipelineConfig:
     # sync: one process, generate then train; async: engine and learner overlap
     mode: Literal["sync", "async"] = "sync"
-    # async workers: Ray actors, threads of this process, or serially in this process (debugging)
-    backend: Literal["ray", "threads", "local"] = "ray"
+    # async workers: threads of this process (one machine), Ray actors (a cluster), or serially (debugging)
+    backend: Literal["ray", "threads", "local"] = "threads"
     max_staleness: int | Literal["auto"] = 0  # k: trained-on tokens are at most k versions old; auto adapts k
     staleness_min: int = 0  # auto: lower bound of k
     staleness_max: int = 4  # auto: upper bound of k

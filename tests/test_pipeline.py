@@ -83,7 +83,7 @@ def test_async_with_k0_is_the_synchronous_loop(tmp_path, engines):
 
 
 def test_ray_pipeline_runs_and_reports(tmp_path, ray_env):
-    cfg = _cfg(tmp_path, "ray", steps=4, mode="async", max_staleness=1, weight_sync="inflight")
+    cfg = _cfg(tmp_path, "ray", steps=4, mode="async", backend="ray", max_staleness=1, weight_sync="inflight")
     run = RunDir.create(cfg.out_dir, cfg.name)
     result = train(cfg, run)
     rows = _rows(run)

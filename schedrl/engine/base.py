@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -21,26 +21,61 @@ class Engine(Protocol):
     request and returns what it generated so far; `Request.resume(sample)`
     continues it. `update_weights` may be called between any two steps: running
     sequences keep their cache and their next tokens carry the new version.
+    Every sample carries its per-token behaviour log-probs and policy versions.
+
+    `on_token(request_id, token_id, logprob, version)` and `on_finish(sample)` are
+    called as tokens are sampled and requests finish; an observer (a length
+    predictor, an admission policy) chains onto them.
     """
 
-    version: int
+    version: int  # the policy version of the current weights
+    eos_ids: frozenset[int]  # token ids that end a sequence
+    on_token: TokenCallback | None
+    on_finish: FinishCallback | None
 
     def add(self, request: Request) -> None:
         """Queue a request; the admission policy decides when it enters the batch."""
+        ...
 
     def step(self) -> list[Sample]:
         """Admit, run one forward over the batch, sample one token per running request.
 
         Returns the requests that finished in this step.
         """
+        ...
 
     def abort(self, request_id: str) -> Sample:
-        """Remove a waiting or running request and return its partial sample."""
+        """Remove a waiting or running request and return its partial sample (finish reason "aborted")."""
+        ...
 
     def update_weights(
         self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], version: int
     ) -> None:
         """Load new weights; tokens sampled from now on are tagged `version`."""
+        ...
 
     def has_unfinished(self) -> bool:
         """Whether any request is waiting or running."""
+        ...
+
+    def generate(
+        self, requests: Sequence[Request], on_step: Callable[[list[Sample]], None] | None = None
+    ) -> list[Sample]:
+        """Run `requests` to completion; samples come back in request order."""
+        ...
+
+    @property
+    def waiting_ids(self) -> list[str]:
+        """Ids of the queued requests, in queue order."""
+        ...
+
+    @property
+    def running_ids(self) -> list[str]:
+        """Ids of the requests in the running batch."""
+        ...
+
+    @property
+    def num_waiting(self) -> int: ...
+
+    @property
+    def num_running(self) -> int: ...

@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
 import random
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,10 @@ from schedrl.envs.base import RewardFn, Task, check_count, check_split, split_of
 
 
 def load_callable(path: str) -> RewardFn:
-    """Import ``"package.module:function"`` or ``"package.module.function"``; ``ValueError`` on failure."""
+    """Import ``"package.module:function"`` or ``"package.module.function"``; ``ValueError`` on failure.
+
+    Modules are looked up on the import path and, after it, in the working directory (as
+    ``python -m`` does), so a reward module beside the recipe imports without PYTHONPATH."""
     if not isinstance(path, str) or not path.strip():
         raise ValueError(f"reward must be a dotted path like 'pkg.module:function', got {path!r}")
     module_name, sep, attr = path.partition(":")
@@ -26,6 +31,8 @@ def load_callable(path: str) -> RewardFn:
         module_name, _, attr = path.rpartition(".")
     if not module_name or not attr:
         raise ValueError(f"reward {path!r}: expected 'package.module:function' or 'package.module.function'")
+    if os.getcwd() not in sys.path and "" not in sys.path:  # as `python -m`: modules in the working directory
+        sys.path.append(os.getcwd())
     try:
         obj: Any = importlib.import_module(module_name)
     except Exception as e:  # any import-time failure is the user's module; report it with the path

@@ -16,7 +16,7 @@ import torch
 
 from schedrl.config import RunConfig
 from schedrl.data import DataContext, DataScheduler, make_scheduler
-from schedrl.engine import EngineConfig, HFEngine
+from schedrl.engine import Engine, EngineConfig, HFEngine
 from schedrl.envs import TaskSource, make_task
 from schedrl.envs.scoring import RewardScorer
 from schedrl.models import build_char_tokenizer, build_tiny_model, default_device, load_model_and_tokenizer
@@ -56,7 +56,7 @@ class Components:
     model: torch.nn.Module
     tokenizer: Any
     source: TaskSource
-    engine: HFEngine
+    engine: Engine  # any engine that meets the protocol (HFEngine by default)
     learner: Learner
     scorer: RewardScorer
     logger: MetricsLogger
