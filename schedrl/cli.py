@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -20,16 +19,9 @@ from rich.progress import (
 from rich.table import Table
 
 from schedrl.cli_train import add_training_commands
+from schedrl.models.loading import quiet_hf
 
 console = Console()
-
-
-def _quiet_hf() -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
 
 
 def _model_and_tokenizer(model_dir: str | None):
@@ -72,7 +64,7 @@ def cmd_engine_demo(args: argparse.Namespace) -> int:
     from schedrl.envs import make_task
     from schedrl.types import Request, SamplingParams
 
-    _quiet_hf()
+    quiet_hf()
     torch.set_num_threads(args.threads)
     model, tokenizer = _model_and_tokenizer(args.model)
     task = make_task(args.task)
@@ -122,7 +114,7 @@ def cmd_engine_demo(args: argparse.Namespace) -> int:
 def cmd_make_tiny(args: argparse.Namespace) -> int:
     from schedrl.models import TinyModelConfig, save_tiny_model
 
-    _quiet_hf()
+    quiet_hf()
     path = save_tiny_model(args.path, TinyModelConfig(seed=args.seed))
     console.print(f"saved tiny model and tokenizer to {path}")
     return 0

@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from schedrl.config import RunConfig, config_to_dict, load_config
+from schedrl.models.loading import quiet_hf
 
 console = Console()
 
@@ -31,12 +32,6 @@ DEMO = {
     "sft": {"steps": 30, "batch_size": 32, "lr": 1e-3},
     "eval": {"tasks": 200, "k": 8, "temperature": 1.0},
 }
-
-
-def _quiet() -> None:
-    from schedrl.cli import _quiet_hf
-
-    _quiet_hf()
 
 
 @contextmanager
@@ -80,7 +75,7 @@ def _run_dir(cfg: RunConfig, resume: str | None):
 def _train(cfg: RunConfig, resume: str | None) -> dict:
     from schedrl.orchestrate.sync import train
 
-    _quiet()
+    quiet_hf()
     run = _run_dir(cfg, resume)
     console.print(f"run directory: {run.root}")
     with progress_bar(cfg.steps, cfg.sft.steps if not resume else 0) as (on_sft, on_rl):
@@ -157,7 +152,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     from schedrl.orchestrate.build import load_policy
     from schedrl.train.sft import sft_warmup
 
-    _quiet()
+    quiet_hf()
     cfg = load_config(args.config, args.set)
     model, tokenizer = load_policy(cfg, cfg.model.path, default_device())
     source = make_task(cfg.task.name, **cfg.task.args)
@@ -179,7 +174,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from schedrl.orchestrate.evaluate import evaluate
     from schedrl.seeding import derive_seed
 
-    _quiet()
+    quiet_hf()
     cfg = load_config(args.config, args.set)
     model, tokenizer = load_model_and_tokenizer(args.model)
     engine = HFEngine(model, tokenizer, EngineConfig(max_concurrency=cfg.engine.max_concurrency))

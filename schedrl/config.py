@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -240,7 +241,7 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
     """Check `value` against annotation `tp`; return it converted (int -> float, list -> tuple)."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     bad = ConfigError(f"config field '{where}' must be {_type_name(tp)}, got {value!r}")
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ConfigError(f"config field '{where}' must be a mapping, got {value!r}")
         return _build(tp, value, where + ".")
@@ -308,7 +309,7 @@ def _build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
 
 def _validate(cfg: RunConfig) -> None:
     for dotted in _POSITIVE | _NON_NEGATIVE:
-        obj = cfg
+        obj: Any = cfg
         for part in dotted.split("."):
             obj = getattr(obj, part)
         if dotted in _POSITIVE and obj <= 0:
@@ -344,6 +345,7 @@ def _validate_admission(e: EngineSection) -> None:
 
 def _validate_data(cfg: RunConfig) -> None:
     from schedrl.data import SCHEDULERS, DataContext, make_scheduler
+    from schedrl.envs import TaskSource
 
     d = cfg.data
     if d.scheduler not in SCHEDULERS:
@@ -351,8 +353,10 @@ def _validate_data(cfg: RunConfig) -> None:
             f"config field 'data.scheduler' must be one of {', '.join(sorted(SCHEDULERS))}, "
             f"got {d.scheduler!r}"
         )
-    try:  # builds nothing heavy: a scheduler reads its task source only when first asked for a batch
-        make_scheduler(d.scheduler, DataContext(None, cfg.seed, cfg.sampling.group_size, cfg.steps), **d.args)
+    # builds nothing heavy: a scheduler reads its task source only when first asked for a batch
+    ctx = DataContext(typing.cast("TaskSource", None), cfg.seed, cfg.sampling.group_size, cfg.steps)
+    try:
+        make_scheduler(d.scheduler, ctx, **d.args)
     except (ValueError, TypeError) as err:
         raise ConfigError(f"config field 'data.args' ({d.args!r}): {err}") from None
 
@@ -439,7 +443,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.split("."), yaml.safe_load(raw) if raw else ""
 
 
-def config_from_dict(data: dict[str, Any] | None, overrides: list[str] = ()) -> RunConfig:
+def config_from_dict(data: dict[str, Any] | None, overrides: Sequence[str] = ()) -> RunConfig:
     """Build and validate a `RunConfig` from a nested dict plus `a.b=c` overrides."""
     data = dict(data or {})
     for text in overrides:
@@ -455,7 +459,7 @@ def config_from_dict(data: dict[str, Any] | None, overrides: list[str] = ()) -> 
     return cfg
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> RunConfig:
     """Load a YAML recipe (or the defaults when `path` is None) and apply overrides."""
     data: dict[str, Any] = {}
     if path is not None:

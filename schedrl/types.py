@@ -139,3 +139,21 @@ class Sample:
 
     def with_reward(self, reward: float) -> Sample:
         return replace(self, reward=reward)
+
+
+def group_of(x: Request | Sample) -> str:
+    """The group id of a training request or sample; every one carries it (`group_requests` sets it)."""
+    if x.group_id is None:
+        raise ValueError(
+            f"{type(x).__name__} {getattr(x, 'id', None) or getattr(x, 'request_id', '')!r} has no group_id"
+        )
+    return x.group_id
+
+
+def task_of(x: Request | Sample) -> str:
+    """The task id of a training request or sample; every one carries it (`group_requests` sets it)."""
+    if x.task_id is None:
+        raise ValueError(
+            f"{type(x).__name__} {getattr(x, 'id', None) or getattr(x, 'request_id', '')!r} has no task_id"
+        )
+    return x.task_id

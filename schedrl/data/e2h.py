@@ -56,7 +56,7 @@ class EasyToHardScheduler(PoolScheduler):
         if self._levels is None:
             tasks = self.pool.tasks
             if all(t.difficulty is not None for t in tasks):
-                values = sorted({t.difficulty for t in tasks})
+                values = sorted({t.difficulty for t in tasks if t.difficulty is not None})
                 self._levels = [[t for t in tasks if t.difficulty == v] for v in values]
             elif self.order is not None:
                 missing = sorted({t.domain for t in tasks} - set(self.order))

@@ -8,7 +8,7 @@ import torch
 
 from schedrl.data.base import ScoredGroup
 from schedrl.envs import Task
-from schedrl.types import Sample
+from schedrl.types import Sample, group_of, task_of
 
 
 def scored_groups(
@@ -18,11 +18,11 @@ def scored_groups(
     by_id = {t.id: t for t in tasks}
     members: dict[str, list[int]] = {}
     for i, s in enumerate(samples):
-        members.setdefault(s.group_id, []).append(i)
+        members.setdefault(group_of(s), []).append(i)
     r, a = rewards.tolist(), advantages.tolist()
     return [
         ScoredGroup(
-            by_id[samples[idx[0]].task_id],
+            by_id[task_of(samples[idx[0]])],
             tuple(r[i] for i in idx),
             tuple(a[i] for i in idx),
             sum(samples[i].num_tokens for i in idx),

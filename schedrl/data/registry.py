@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 from schedrl.data.base import DataContext, DataScheduler
@@ -17,7 +18,7 @@ from schedrl.data.zero_variance import ZeroVarianceScheduler
 from schedrl.registry import Registry
 
 # Each scheduler lives in the file named after its key (`coba` in coba.py).
-SCHEDULERS: Registry[type[DataScheduler]] = Registry("data scheduler", "valid schedulers")
+SCHEDULERS: Registry[Callable[..., DataScheduler]] = Registry("data scheduler", "valid schedulers")
 for _cls in (
     UniformScheduler,
     ZeroVarianceScheduler,

@@ -51,10 +51,10 @@ class ZeroVarianceScheduler(PoolScheduler):
 
     def passes(self, task: Task) -> bool:
         """Never seen, last accuracy inside the band, or last seen ``retry_after`` or more steps ago."""
-        acc = self.stats.last_accuracy(task)
-        if acc is None or self.acc_low < acc < self.acc_high:
+        acc, last = self.stats.last_accuracy(task), self.stats.last_step(task)
+        if acc is None or last is None or self.acc_low < acc < self.acc_high:
             return True
-        return self.position - self.stats.last_step(task) >= self.retry_after
+        return self.position - last >= self.retry_after
 
     def _select(self, budget: int, rng: random.Random) -> Batch:
         g = self.ctx.group_size

@@ -46,7 +46,9 @@ def placement(
     )
     if num_engines * engine_cpus + learner_cpus > len(cores):
         return [None] * num_engines, None
-    engines = [cores[i * engine_cpus : (i + 1) * engine_cpus] for i in range(num_engines)]
+    engines: list[list[int] | None] = [
+        cores[i * engine_cpus : (i + 1) * engine_cpus] for i in range(num_engines)
+    ]
     start = num_engines * engine_cpus
     return engines, cores[start : start + learner_cpus]
 
@@ -221,9 +223,10 @@ class RayBackend:
         engine_cpus: int = 1,
         learner_cpus: int = 1,
     ) -> None:
-        import ray
+        import ray  # an optional extra: imported only when a Ray backend is asked for
+        import ray.exceptions
 
-        self.ray = ray
+        self.ray, self.errors = ray, ray.exceptions
         self._started = False
         asked = num_engines * engine_cpus + learner_cpus
         if not ray.is_initialized():
@@ -280,7 +283,7 @@ class RayBackend:
     def get(self, future):
         try:
             return self.ray.get(future)
-        except (self.ray.exceptions.RayActorError, self.ray.exceptions.ActorUnavailableError) as e:
+        except (self.errors.RayActorError, self.errors.ActorUnavailableError) as e:
             raise WorkerDiedError(str(e).splitlines()[0]) from e
 
     def put(self, value):

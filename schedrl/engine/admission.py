@@ -22,6 +22,7 @@ class AdmissionPolicy(Protocol):
         `free_slots` is how many more requests may run; `token_budget` is how many
         prefill tokens fit in this step beside the running requests' decode tokens.
         """
+        ...
 
 
 # A policy may also define `bind(engine)`: the engine calls it once, and the policy may chain

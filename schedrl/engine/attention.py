@@ -68,7 +68,7 @@ def packed_attention(module, query, key, value, attention_mask=None, scaling=Non
     vc[layout.slot_idx, :, layout.pos_idx] = value[0].transpose(0, 1).to(vc.dtype)
     q = query[0].transpose(0, 1)  # (N, H, D)
     out = torch.empty_like(q)
-    if layout.dec_tok is not None:
+    if layout.dec_tok is not None and layout.dec_mask is not None:
         length = layout.dec_mask.shape[-1]
         if layout.dec_full:  # the first S' slots attend (a view); rows of idle slots are computed and dropped
             n_slots = layout.dec_mask.shape[0]
@@ -81,7 +81,7 @@ def packed_attention(module, query, key, value, attention_mask=None, scaling=Non
             ks, vs = kc[layout.dec_slot, :, :length], vc[layout.dec_slot, :, :length]
             o = _attend(qs, ks, vs, layout.dec_mask, scaling)
             out[layout.dec_tok] = o[:, :, 0]
-    if layout.pre_tok is not None:
+    if layout.pre_tok is not None and layout.pre_mask is not None:
         # Multi-token rows are whole prompts starting at position 0: their keys are this step's keys.
         qp = q[layout.pre_tok].transpose(1, 2)  # (Bp, H, Lq, D)
         kp, vp = key[0][:, layout.pre_tok].transpose(0, 1), value[0][:, layout.pre_tok].transpose(0, 1)

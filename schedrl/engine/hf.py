@@ -79,10 +79,9 @@ def _additive(allowed: torch.Tensor, dtype: torch.dtype = torch.float32) -> torc
 
 
 def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
-    ids = {tokenizer.eos_token_id}
     gen_eos = getattr(model.generation_config, "eos_token_id", None)
-    ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
-    return frozenset(i for i in ids if i is not None)
+    ids = [tokenizer.eos_token_id, *(gen_eos if isinstance(gen_eos, list) else [gen_eos])]
+    return frozenset(i for i in ids if isinstance(i, int))
 
 
 class HFEngine:
@@ -381,7 +380,7 @@ class HFEngine:
             versions=tuple(versions),
             finish_reason=reason,
             params=req.params,
-            text=self.tokenizer.decode(tokens, skip_special_tokens=True),
+            text=str(self.tokenizer.decode(tokens, skip_special_tokens=True)),
             timings=timings,
             task_id=req.task_id,
             group_id=req.group_id,

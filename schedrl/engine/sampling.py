@@ -45,7 +45,7 @@ def uniform_noise(seeds: torch.Tensor, index: torch.Tensor, vocab: int) -> torch
     return (bits.to(torch.float32) + 0.5) * 2.0**-24
 
 
-def _truncate(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+def truncate_logits(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """Set logits outside each row's top-k and top-p nucleus to -inf.  scaled: (R, V)."""
     sorted_logits, order = scaled.sort(dim=-1, descending=True)
     ranks = torch.arange(scaled.shape[-1], device=scaled.device).expand_as(sorted_logits)
@@ -78,17 +78,18 @@ def sample_tokens(
     logprobs_all = scaled.log_softmax(dim=-1)
     sampled_rows = [r for r, p in enumerate(params) if not p.greedy]
     every_row = len(sampled_rows) == rows
-    tokens = None if every_row else scaled.argmax(dim=-1)
+    # every row sampled: `drawn` below fills them all, so the argmax is skipped
+    tokens = torch.empty(rows, dtype=torch.long, device=dev) if every_row else scaled.argmax(dim=-1)
     if sampled_rows:
         idx = None if every_row else torch.tensor(sampled_rows, device=dev)
         sub = scaled if idx is None else scaled[idx]
         if any(params[r].top_k > 0 or params[r].top_p < 1.0 for r in sampled_rows):
             top_k = torch.tensor([params[r].top_k for r in sampled_rows], device=dev)
             top_p = torch.tensor([params[r].top_p for r in sampled_rows], device=dev)
-            sub = _truncate(sub, top_k, top_p)
-        seeds = torch.tensor([seeds[r] for r in sampled_rows], dtype=torch.long, device=dev)
+            sub = truncate_logits(sub, top_k, top_p)
+        row_seeds = torch.tensor([seeds[r] for r in sampled_rows], dtype=torch.long, device=dev)
         index = torch.tensor([token_index[r] for r in sampled_rows], dtype=torch.long, device=dev)
-        noise = uniform_noise(seeds, index, vocab)
+        noise = uniform_noise(row_seeds, index, vocab)
         gumbel = -(-noise.log()).log()  # G = -log(-log U)
         drawn = (sub + gumbel).argmax(dim=-1)
         if idx is None:

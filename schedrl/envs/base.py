@@ -87,13 +87,10 @@ def task_id(prefix: str, key: str) -> str:
 
 def check_int_range(task: str, name: str, value: object, lo: int, hi: int | None = None) -> int:
     """Return ``value`` if it is an int in ``[lo, hi]``; else ``ValueError`` naming task and argument."""
-    bad = not isinstance(value, int) or isinstance(value, bool) or value < lo
-    if not bad and hi is not None and value > hi:
-        bad = True
-    if bad:
+    if not isinstance(value, int) or isinstance(value, bool) or value < lo or (hi is not None and value > hi):
         bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
         raise ValueError(f"task '{task}': {name} must be an int {bound}, got {value!r}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def check_order(task: str, lo_name: str, lo: int, hi_name: str, hi: int) -> None:

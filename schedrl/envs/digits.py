@@ -10,7 +10,7 @@ from schedrl.envs.base import GeneratedTasks, Task, check_int_range, check_order
 _MAX_LEN = 10_000
 
 
-class _DigitsTask(GeneratedTasks):
+class DigitsTask(GeneratedTasks):
     """A random digit string of length uniform in ``[min_len, max_len]``, transformed by ``op``."""
 
     tag: str
@@ -39,7 +39,7 @@ def _reverse(digits: str) -> str:
     return digits[::-1]
 
 
-class SortDigitsTask(_DigitsTask):
+class SortDigitsTask(DigitsTask):
     """Sort the digits ascending; reward is an exact string match."""
 
     name = "sort"
@@ -47,7 +47,7 @@ class SortDigitsTask(_DigitsTask):
     op = staticmethod(_sort)
 
 
-class ReverseDigitsTask(_DigitsTask):
+class ReverseDigitsTask(DigitsTask):
     """Reverse the digit string; reward is an exact string match."""
 
     name = "reverse"

@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from schedrl.envs.base import Task, TaskSource
-from schedrl.types import Sample
+from schedrl.types import Sample, task_of
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ class RewardScorer:
         self.last_error: str | None = None
 
     def __call__(self, tasks: Mapping[str, Task], samples: Sequence[Sample]) -> list[float]:
-        rewards = [self._one(tasks[s.task_id], s.text) for s in samples]
+        rewards = [self._one(tasks[task_of(s)], s.text) for s in samples]
         rate = self.errors / max(1, self.total)
         if self.total >= self.min_samples and rate > self.max_error_rate:
             raise RewardError(

@@ -21,10 +21,10 @@ import random
 
 from schedrl.envs.addition import AdditionTask
 from schedrl.envs.base import GeneratedTasks, Task, check_count, check_split
-from schedrl.envs.digits import ReverseDigitsTask, SortDigitsTask, _DigitsTask
+from schedrl.envs.digits import DigitsTask, ReverseDigitsTask, SortDigitsTask
 
 
-class FirstDigitTask(_DigitsTask):
+class FirstDigitTask(DigitsTask):
     """Answer the first digit of the string; reward is an exact string match."""
 
     name = "first"

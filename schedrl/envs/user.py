@@ -12,6 +12,7 @@ import math
 import os
 import random
 import sys
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ def load_callable(path: str) -> RewardFn:
         obj = getattr(obj, part)
     if not callable(obj):
         raise ValueError(f"reward {path!r}: {type(obj).__name__} object is not callable")
-    return obj
+    return typing.cast(RewardFn, obj)
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:

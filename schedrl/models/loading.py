@@ -11,6 +11,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
+def quiet_hf() -> None:
+    """Offline, and no progress bars or warnings from transformers: the command line shows its own."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
 def default_device() -> torch.device:
     """CUDA when present, else CPU."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -44,7 +53,13 @@ def load_model(
         raise FileNotFoundError(f"model directory {str(path)!r} has no config.json")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype or torch.float32)
-    return model.to(device or default_device()).eval()
+    move_to(model, device or default_device())
+    return model.eval()
+
+
+def move_to(model: torch.nn.Module, device: str | torch.device) -> None:
+    """`model.to(device)`, in place (transformers' typed overloads of `to` hide that it returns the model)."""
+    torch.nn.Module.to(model, device)
 
 
 def load_model_and_tokenizer(

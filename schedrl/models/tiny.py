@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from tokenizers import Regex, Tokenizer, decoders, pre_tokenizers
 from tokenizers import models as tok_models
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 ALPHABET = tuple(chr(c) for c in range(32, 127)) + ("\n",)
@@ -51,6 +51,14 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
+def _token_id(tokenizer: PreTrainedTokenizerBase, name: str) -> int:
+    """The id of the tokenizer's `name` special token ("pad", "bos", "eos"), which the model config needs."""
+    value = getattr(tokenizer, f"{name}_token_id")
+    if not isinstance(value, int):
+        raise ValueError(f"the tokenizer has no single {name} token id (got {value!r})")
+    return value
+
+
 def build_tiny_model(
     tokenizer: PreTrainedTokenizerFast, cfg: TinyModelConfig | None = None
 ) -> LlamaForCausalLM:
@@ -65,9 +73,9 @@ def build_tiny_model(
         num_key_value_heads=cfg.num_heads,
         max_position_embeddings=cfg.max_position_embeddings,
         initializer_range=cfg.initializer_range,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=_token_id(tokenizer, "pad"),
+        bos_token_id=_token_id(tokenizer, "bos"),
+        eos_token_id=_token_id(tokenizer, "eos"),
         tie_word_embeddings=True,
     )
     with torch.random.fork_rng():

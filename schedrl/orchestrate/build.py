@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import PreTrainedModel
 
 from schedrl.config import RunConfig
 from schedrl.data import DataContext, DataScheduler, make_scheduler
@@ -20,6 +21,7 @@ from schedrl.engine import Engine, EngineConfig, HFEngine
 from schedrl.envs import TaskSource, make_task
 from schedrl.envs.scoring import RewardScorer
 from schedrl.models import build_char_tokenizer, build_tiny_model, default_device, load_model_and_tokenizer
+from schedrl.models.loading import move_to
 from schedrl.models.tiny import TinyModelConfig
 from schedrl.rollout.registry import make_admission
 from schedrl.rollout.step import StepRollout
@@ -43,7 +45,7 @@ def engine_config(cfg: RunConfig) -> EngineConfig:
     )
 
 
-def make_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer: Any, version: int = 0) -> HFEngine:
+def make_engine(cfg: RunConfig, model: PreTrainedModel, tokenizer: Any, version: int = 0) -> HFEngine:
     """The run's engine: its `engine` section, with the admission policy it names."""
     admission = make_admission(cfg.engine.admission, **cfg.engine.admission_args)
     return HFEngine(model, tokenizer, engine_config(cfg), admission=admission, version=version)
@@ -53,7 +55,7 @@ def make_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer: Any, version:
 class Components:
     cfg: RunConfig
     run: RunDir
-    model: torch.nn.Module
+    model: PreTrainedModel
     tokenizer: Any
     source: TaskSource
     engine: Engine  # any engine that meets the protocol (HFEngine by default)
@@ -61,9 +63,11 @@ class Components:
     scorer: RewardScorer
     logger: MetricsLogger
     start_step: int | None  # None: nothing trained yet (SFT and the first eval come first)
+    data: DataScheduler  # picks each step's tasks and group sizes
     state: dict[str, Any] = field(default_factory=dict)  # carried in checkpoints (e.g. eval_before)
-    data: DataScheduler | None = None  # picks each step's tasks and group sizes; `build` always sets it
-    rollout: StepRollout | None = None  # the synchronous loop's rollout; `build` always sets it
+    rollout: StepRollout | None = (
+        None  # the synchronous loop's rollout (`build` sets it; the pipeline has none)
+    )
 
 
 def sampling_params(cfg: RunConfig) -> SamplingParams:
@@ -78,17 +82,19 @@ def attn_implementation(cfg: RunConfig, device: torch.device) -> str:
     return "eager" if device.type == "cpu" else "sdpa"
 
 
-def load_policy(cfg: RunConfig, path: str | Path | None, device: torch.device):
+def load_policy(cfg: RunConfig, path: str | Path | None, device: torch.device) -> tuple[PreTrainedModel, Any]:
+    """The policy and its tokenizer: an HF model directory, or the offline tiny model when `path` is None."""
     if path is not None:
         model, tokenizer = load_model_and_tokenizer(path, device)
     else:
         tokenizer = build_char_tokenizer()
-        model = build_tiny_model(tokenizer, TinyModelConfig(seed=cfg.model.tiny_seed)).to(device)
+        model = build_tiny_model(tokenizer, TinyModelConfig(seed=cfg.model.tiny_seed))
+        move_to(model, device)
     model.set_attn_implementation(attn_implementation(cfg, device))
     return model, tokenizer
 
 
-def make_learner(cfg: RunConfig, model: torch.nn.Module, ref_model: torch.nn.Module | None = None) -> Learner:
+def make_learner(cfg: RunConfig, model: PreTrainedModel, ref_model: PreTrainedModel | None = None) -> Learner:
     """The learner of a run, for both loops: the synchronous one and the asynchronous pipeline's worker."""
     return Learner(
         model,
@@ -132,7 +138,7 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False) -> Components:
         data.load_state_dict(state.pop("data"))
     rollout = StepRollout(cfg, engine, model, tokenizer)
     return Components(
-        cfg, run, model, tokenizer, source, engine, learner, scorer, logger, start_step, state, data, rollout
+        cfg, run, model, tokenizer, source, engine, learner, scorer, logger, start_step, data, state, rollout
     )
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from schedrl.distributed import WorkerDiedError
-from schedrl.types import Request, Sample
+from schedrl.types import Request, Sample, group_of
 
 log = logging.getLogger(__name__)
 RUN_CALLS_QUEUED = 2  # `run` calls kept queued on each engine
@@ -26,7 +26,7 @@ def by_group(requests: Sequence[Request]) -> list[tuple[str, list[Request]]]:
     """Requests grouped by group id, groups and members in order of appearance."""
     out: dict[str, list[Request]] = {}
     for r in requests:
-        out.setdefault(r.group_id, []).append(r)
+        out.setdefault(group_of(r), []).append(r)
     return list(out.items())
 
 
@@ -73,7 +73,7 @@ class EngineFleet:
             load[i] += len(members)
             per_engine.setdefault(i, []).extend(members)
             for r in members:
-                self.in_engine[r.id] = (r.group_id, i)
+                self.in_engine[r.id] = (group_of(r), i)
         for i, reqs in sorted(per_engine.items()):
             self.backend.call(self.engines[i], "add", reqs)
 

@@ -37,7 +37,7 @@ from schedrl.orchestrate.weight_sync import WEIGHT_SYNC
 from schedrl.rollout import group_requests
 from schedrl.timeline import TIMELINE_FILE, append_spans
 from schedrl.train.checkpoint import latest_checkpoint
-from schedrl.types import Sample
+from schedrl.types import Sample, group_of
 
 log = logging.getLogger(__name__)
 UPDATES_QUEUED = 2  # updates sent to the learner ahead of their turn (one running, one waiting)
@@ -151,7 +151,7 @@ class Pipeline:
             if s.finish_reason == "aborted":
                 g.partial[s.sample_index] = s
         for s, r in zip(finished, rewards, strict=True):
-            self.groups[s.group_id].done[s.sample_index] = s.with_reward(r)
+            self.groups[group_of(s)].done[s.sample_index] = s.with_reward(r)
 
     def _on_restart(self, index: int, group_ids: set[str]) -> None:
         """Engine `index` was replaced: send every request of the groups it held that is not in an engine."""

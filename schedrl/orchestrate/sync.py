@@ -38,6 +38,8 @@ def rl_step(c: Components, step: int) -> dict[str, float]:
         tasks, c.tokenizer, sampling_params(cfg), [n for _, n in plan], seed=cfg.seed, step=step
     )
     by_id = {t.id: t for t in tasks}
+    if c.rollout is None:
+        raise ValueError("the synchronous loop needs Components.rollout (`build` sets it)")
     samples, rollout_stats = c.rollout.run(requests, lambda ss: c.scorer(by_id, ss))
     t_gen = time.perf_counter()
     rewards = torch.tensor([s.reward for s in samples])

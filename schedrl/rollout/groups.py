@@ -46,5 +46,5 @@ def group_requests(
 
 def group_index(samples: Sequence[Sample]) -> torch.Tensor:
     """(N,) group number of each sample: samples of one group (one task at one step) share one."""
-    ids: dict[str, int] = {}
+    ids: dict[str | None, int] = {}
     return torch.tensor([ids.setdefault(s.group_id, len(ids)) for s in samples], dtype=torch.long)

@@ -86,8 +86,10 @@ def choose_kept(
     for i, (r, p) in enumerate(zip(finished, predicted, strict=True)):
         if r is not None:
             (succ if r > 0.5 else fail).append((0, -abs(r - 0.5), i))
-        else:
+        elif p is not None:
             (succ if p >= 0.5 else fail).append((1, -abs(p - 0.5), i))
+        else:
+            raise ValueError(f"choose_kept: member {i} is neither finished nor predicted")
     succ.sort()
     fail.sort()
     want_s = min(len(succ), round(success_frac * keep))
@@ -172,7 +174,7 @@ def pruned_rollout(
         engine.on_token = prev
     trained = [i for i in feats if done[i].finish_reason in ("stop", "length")]
     if trained:
-        head.fit([feats[i] for i in trained], [done[i].reward > 0.5 for i in trained])
+        head.fit([feats[i] for i in trained], [(done[i].reward or 0.0) > 0.5 for i in trained])
     return [done[r.id] for r in requests]
 
 

@@ -13,7 +13,7 @@ when it ends in a stop token or fills `max_new_tokens`.
 
 What the rule needs, and the restrictions that follow:
 * p_cur is the distribution the engine would sample from: softmax(logits / T) after the
-  request's own top-k / top-p truncation (the same `_truncate`); greedy is a point mass
+  request's own top-k / top-p truncation (the same `truncate_logits`); greedy is a point mass
   on the argmax, so greedy verification accepts exactly the tokens greedy decoding emits.
 * q(x_t) from the stored log-probs is exact only for drafts sampled without truncation
   (the engine stores log softmax(logits / T) before top-k / top-p); a greedy draft is a
@@ -42,7 +42,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from schedrl.engine.sampling import _truncate  # the engine's own truncation: p_cur must match it exactly
+# the engine's own truncation: p_cur must match it exactly
+from schedrl.engine.sampling import truncate_logits
 from schedrl.types import Request, Sample, SamplingParams, Timings
 
 
@@ -176,7 +177,7 @@ def _sampling_probs(logits: torch.Tensor, p: SamplingParams) -> torch.Tensor:
     scaled = logits / p.temperature
     if _truncated(p):
         n = scaled.shape[0]
-        scaled = _truncate(scaled, torch.full((n,), p.top_k), torch.full((n,), float(p.top_p)))
+        scaled = truncate_logits(scaled, torch.full((n,), p.top_k), torch.full((n,), float(p.top_p)))
     return scaled.softmax(-1)
 
 
@@ -214,9 +215,10 @@ def verify_drafts(
     gen = torch.Generator().manual_seed(seed)
     stats = SpecStats()
     out: list[Sample | Request] = list(requests)
-    rows = [b for b, d in enumerate(drafts) if d is not None]
+    present = {b: d for b, d in enumerate(drafts) if d is not None}
+    rows = list(present)
     for b in rows:
-        req, d = requests[b], drafts[b]
+        req, d = requests[b], present[b]
         if d.prompt_ids != req.prompt_ids:
             raise ValueError(f"verify_drafts: the draft of request {req.id!r} has a different prompt")
         if _stop_rules(d.params) != _stop_rules(req.params):
@@ -232,16 +234,16 @@ def verify_drafts(
             raise ValueError(f"verify_drafts: request {req.id!r} has stop strings; pass tokenizer")
     if not rows:
         return out, stats
-    draft_toks = {b: list(drafts[b].token_ids[: requests[b].params.max_new_tokens]) for b in rows}
+    draft_toks = {b: list(present[b].token_ids[: requests[b].params.max_new_tokens]) for b in rows}
     prompts = [requests[b].prompt_ids for b in rows]
     logits = _draft_logits(model, prompts, [draft_toks[b] for b in rows])  # the one forward of the policy
     q_full = {}
-    if draft_model is not None and any(_truncated(drafts[b].params) for b in rows):
+    if draft_model is not None and any(_truncated(present[b].params) for b in rows):
         q_logits = _draft_logits(draft_model, prompts, [draft_toks[b] for b in rows])
         q_full = {b: q_logits[k] for k, b in enumerate(rows)}
     rejected: dict[int, int] = {}  # row -> position of the first rejected draft token
     for k, b in enumerate(rows):
-        req, d, toks = requests[b], drafts[b], draft_toks[b]
+        req, d, toks = requests[b], present[b], draft_toks[b]
         n = len(toks)
         p = _sampling_probs(logits[k], req.params)  # (n, V)
         x = torch.tensor(toks)

@@ -47,7 +47,7 @@ class StepRollout:
             if self.r.prune_keep
             else None
         )
-        self.head = SuccessHead() if self.prune else None
+        self.head = SuccessHead()  # the pruner's success predictor (trained only when pruning)
 
     def run(self, requests: Sequence[Request], score: Score) -> tuple[list[Sample], dict[str, float]]:
         """Scored samples of `requests` (pruned ones dropped under prune_mode "drop") and rollout metrics.
@@ -78,6 +78,8 @@ class StepRollout:
 
     def _speculative(self, requests: Sequence[Request], version: int) -> tuple[list[Sample], SpecStats]:
         """Verify every usable draft, grouped by the version that sampled it; run the rest on the engine."""
+        if self.drafts is None or self.draft_model is None:
+            raise ValueError("speculative rollout needs rollout.speculative: true")
         out: list[Sample | Request] = list(requests)
         by_version: dict[int, list[int]] = {}
         for i, req in enumerate(requests):

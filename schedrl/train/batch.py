@@ -38,7 +38,14 @@ class TokenBatch:
         )
 
     def to(self, device: torch.device) -> TokenBatch:
-        return TokenBatch(*(t.to(device) if t is not None else None for t in vars(self).values()))
+        return TokenBatch(
+            self.input_ids.to(device),
+            self.attention_mask.to(device),
+            self.targets.to(device),
+            self.mask.to(device),
+            self.behaviour_logp.to(device),
+            self.versions.to(device) if self.versions is not None else None,
+        )
 
 
 def prompt_groups(batch: TokenBatch) -> torch.Tensor:

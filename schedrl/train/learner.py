@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import asdict
 
 import torch
+from transformers import PreTrainedModel
 
 from schedrl.algos import entropy_from_logits, masked_mean, offpolicy_stats, registry, token_logprobs
 from schedrl.algos.offpolicy import CORRECTIONS, correctable_losses
@@ -76,12 +77,12 @@ def _dtype(model: torch.nn.Module) -> torch.dtype:
 class Learner:
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: PreTrainedModel,
         optim: OptimConfig,
         algo: AlgoConfig,
         total_steps: int,
         temperature: float = 1.0,
-        ref_model: torch.nn.Module | None = None,
+        ref_model: PreTrainedModel | None = None,
         seed: int = 0,
         max_new_tokens: int | None = None,
     ) -> None:
@@ -100,6 +101,8 @@ class Learner:
                 f"algo.name={algo.name!r}: the learner cannot drive this loss: {why}; "
                 f"pick one of: {', '.join(_learner_losses(algo))}"
             )
+        if algo.kl_coef > 0 and ref_model is None:
+            raise ValueError(f"algo.kl_coef={algo.kl_coef} needs a reference model (ref_model)")
         if algo.correction != "none" and algo.name not in correctable_losses():
             raise ValueError(
                 f"algo.correction={algo.correction!r} replaces the PPO-clip surrogate of algo.name, "
@@ -152,7 +155,11 @@ class Learner:
                 )
                 logits = packing.unpack(out.logits)
                 hidden = packing.unpack(out.hidden_states[-1]) if with_values else None
-            values = self.value_head(hidden[:, :-1]) if with_values else None
+            values = None
+            if with_values:
+                if self.value_head is None or hidden is None:
+                    raise ValueError("values were asked of a learner whose loss has no value head")
+                values = self.value_head(hidden[:, :-1])
         logits = logits[:, :-1].float()
         return token_logprobs(logits, batch.targets, self.temperature), logits, values
 
@@ -216,7 +223,7 @@ class Learner:
         out = torch.zeros_like(batch.mask)
         for idx in self._chunks(torch.arange(len(batch)), batch):
             mb = batch.select(idx).to(self.device)
-            stat = self.spec.vocab_stat(self._forward(self.model, mb)[1], self.temperature)
+            stat = self._vocab_stat(self._forward(self.model, mb)[1])
             out[idx, : mb.targets.shape[1]] = stat.cpu()
         return out
 
@@ -226,8 +233,19 @@ class Learner:
         out = torch.zeros_like(batch.mask)
         for idx in self._chunks(torch.arange(len(batch)), batch):
             mb = batch.select(idx).to(self.device)
-            out[idx, : mb.targets.shape[1]] = self._forward_values(self.model, mb, True)[2].float().cpu()
+            values = self._forward_values(self.model, mb, True)[2]
+            if values is None:
+                raise ValueError("values were asked of a learner whose loss has no value head")
+            out[idx, : mb.targets.shape[1]] = values.float().cpu()
         return out
+
+    def _vocab_stat(self, logits: torch.Tensor) -> torch.Tensor:
+        """The loss's vocabulary statistic of `logits` (B, T, V) -> (B, T)."""
+        if self.spec.vocab_stat is None:
+            raise ValueError(
+                f"loss {loss_name(self.algo)!r} declares input 'vocab_stat' without its function"
+            )
+        return self.spec.vocab_stat(logits, self.temperature)
 
     @torch.no_grad()
     def logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
@@ -254,7 +272,11 @@ class Learner:
         # pi_old (pi_prox under a correction): the policy before this step's first update. Recomputed only
         # when it can differ from pi_theta; with one update it is the training forward's own log-probs.
         old_logp = self.logprobs(self.model, batch) if several_updates else None
-        ref_logp = self.logprobs(self.ref_model, batch) if self.algo.kl_coef > 0 else None
+        ref_logp = (
+            self.logprobs(self.ref_model, batch)
+            if self.ref_model is not None and self.algo.kl_coef > 0
+            else None
+        )
         extra: dict[str, torch.Tensor] = {}  # (B, L-1) inputs sliced per micro-batch
         needs = self.spec.inputs
         if corrected and "versions" in needs and batch.versions is None:
@@ -265,6 +287,10 @@ class Learner:
         if "returns" in needs:  # token advantages and returns from the value head (GAE)
             extra["old_values"] = self.values(batch)
             options = {k: getattr(self.algo, k) for k in self.spec.advantage_options}
+            if self.spec.token_advantages is None:
+                raise ValueError(
+                    f"loss {loss_name(self.algo)!r} declares input 'returns' without token_advantages"
+                )
             advantages, extra["returns"] = self.spec.token_advantages(
                 advantages, extra["old_values"], batch.mask, **options
             )
@@ -292,7 +318,7 @@ class Learner:
         if corrected:  # pi_prox against pi_behav on the whole batch, before any update
             prox = old_logp if old_logp is not None else ctx["prox"]
             out |= offpolicy_stats(prox, batch.behaviour_logp, batch.mask, self.algo.is_cap)
-        out["lr"] = self.scheduler.get_last_lr()[0]
+        out["lr"] = float(self.scheduler.get_last_lr()[0])
         out["skipped_steps"] = float(self.skipped_steps)
         return out
 
@@ -373,7 +399,7 @@ class Learner:
         if "values" in needs:
             kw["values"] = values
         if "vocab_stat" in needs:
-            kw["mean_logp"] = self.spec.vocab_stat(logits.detach(), self.temperature)
+            kw["mean_logp"] = self._vocab_stat(logits.detach())
             if "old_mean_logp" not in extra:  # one update: pi_old = pi_theta
                 kw["old_mean_logp"] = kw["mean_logp"]
         if "groups" in needs:

@@ -52,6 +52,8 @@ class Packing:
         if self.unit_ids is None:
             return None
         unit, seg = self.unit_ids, self.segment_ids
+        if seg is None:
+            raise ValueError("a shared-prefix packing carries both unit_ids and segment_ids")
         cols = torch.arange(unit.shape[1], device=unit.device)
         allowed = (
             (unit[:, :, None] == unit[:, None, :])
@@ -66,15 +68,14 @@ class Packing:
         return self.input_ids.numel() < self.batch_shape[0] * self.batch_shape[1]
 
     def to(self, device: torch.device) -> Packing:
-        move = lambda t: t.to(device) if t is not None else None  # noqa: E731
         return Packing(
-            move(self.input_ids),
-            move(self.position_ids),
-            move(self.src),
-            move(self.dst),
+            self.input_ids.to(device),
+            self.position_ids.to(device),
+            self.src.to(device),
+            self.dst.to(device),
             self.batch_shape,
-            move(self.unit_ids),
-            move(self.segment_ids),
+            self.unit_ids.to(device) if self.unit_ids is not None else None,
+            self.segment_ids.to(device) if self.segment_ids is not None else None,
         )
 
     def model_inputs(self, dtype: torch.dtype) -> dict[str, Tensor]:

@@ -9,14 +9,18 @@ the next update takes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar, Protocol
+from typing import Protocol
 
 from schedrl.orchestrate.buffer import Group
 from schedrl.registry import Registry
 
 
 class Consumption(Protocol):
-    off_policy: ClassVar[bool]  # whether an update may train on groups admitted for an earlier one
+    off_policy: bool  # whether an update may train on groups admitted for an earlier one
+
+    def __init__(self, budget: int, overprovision: float = 1.0) -> None:
+        """`budget`: samples per update; `overprovision`: samples in flight per update, x `budget`."""
+        ...
 
     def position(self, queue: Sequence[Group], group: Group) -> tuple[int, int]:
         """(ahead, per_update): the work queued ahead of `group` and how much of it one update

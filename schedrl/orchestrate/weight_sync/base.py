@@ -8,7 +8,7 @@ sends new groups to the engines.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from schedrl.registry import Registry
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 class WeightSync(Protocol):
-    off_policy: ClassVar[bool]  # whether tokens of one sample can come from more than one version
+    off_policy: bool  # whether tokens of one sample can come from more than one version
 
     def on_update(self, fleet: EngineFleet, weights: Any, version: int, resend: Callable[[], None]) -> None:
         """New weights (policy `version`) are ready; `resend()` sends every cut request again."""
