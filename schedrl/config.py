@@ -53,7 +53,7 @@ class EngineSection:
     max_batched_tokens: int = 8192  # tokens per engine forward
     admission: str = "fcfs"  # admission policy: fcfs, priority, static, lpt, spt, fcfs_guarded, past_future
     admission_args: dict[str, Any] = field(default_factory=dict)  # its arguments, e.g. {predictor: sibling}
-    share_prompts: bool = True  # the samples of a prompt admitted in one step prefill it once
+    prefill_prompt_once: bool = True  # the samples of a prompt admitted in one step prefill it once
 
 
 @dataclass
@@ -103,7 +103,7 @@ class OptimConfig:
     micro_batch_tokens: int = 1024  # padded tokens per forward/backward (rows sorted by length); 0 = no cap
     padding_free: bool = True  # pack sequences into shared rows for the learner's forwards (checked once)
     # with padding_free: rows with the same prompt (a group's samples) forward it once (GRPO prefix reuse)
-    share_prompts: bool = True
+    forward_prompt_once: bool = True
     ppo_epochs: int = 1  # passes over each step's samples
     minibatches: int = 1  # optimizer steps per pass
     max_bad_steps: int = 5  # stop after this many non-finite losses in a row
@@ -291,6 +291,8 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
 # Keys that were replaced, with what replaces them.
 _MOVED = {
     "pipeline.inflight_weight_updates": "pipeline.weight_sync: inflight (true) or drain (false)",
+    "engine.share_prompts": "engine.prefill_prompt_once (the engine prefills a group's prompt once)",
+    "optim.share_prompts": "optim.forward_prompt_once (the learner forwards a group's prompt once)",
     "pipeline.partial_rollouts": "pipeline.consumption: partial with pipeline.weight_sync: cut_resume (true, "
     "without in-flight updates), or consumption: wave (false)",
 }

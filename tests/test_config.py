@@ -71,3 +71,28 @@ def test_examples_are_valid_recipes():
     assert recipes
     for path in recipes:
         load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "replacement"),
+    [
+        ("pipeline", "inflight_weight_updates", "pipeline.weight_sync: inflight"),
+        ("pipeline", "partial_rollouts", "pipeline.consumption: partial"),
+        ("engine", "share_prompts", "engine.prefill_prompt_once"),
+        ("optim", "share_prompts", "optim.forward_prompt_once"),
+    ],
+)
+def test_replaced_keys_name_what_replaces_them(section, key, replacement):
+    with pytest.raises(ConfigError, match=f"config key '{section}.{key}' was replaced: use {replacement}"):
+        config_from_dict({section: {key: True}})
+
+
+def test_pipeline_policies_are_checked_by_name():
+    cfg = config_from_dict({"pipeline": {"weight_sync": "cut_resume", "consumption": "partial"}})
+    assert (cfg.pipeline.weight_sync, cfg.pipeline.consumption) == ("cut_resume", "partial")
+    with pytest.raises(
+        ConfigError, match="'pipeline.weight_sync' must be one of cut_resume, drain, inflight"
+    ):
+        config_from_dict({"pipeline": {"weight_sync": "eager"}})
+    with pytest.raises(ConfigError, match="weight_sync='inflight'.*choose 'decoupled'"):
+        config_from_dict({"pipeline": {"mode": "async", "weight_sync": "inflight"}})

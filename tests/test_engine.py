@@ -285,7 +285,7 @@ def test_twin_prompts_are_prefilled_once_and_sample_as_if_computed_alone(model, 
     ]
     runs = {}
     for share in (False, True):
-        engine = HFEngine(model, tokenizer, EngineConfig(max_concurrency=16, share_prompts=share))
+        engine = HFEngine(model, tokenizer, EngineConfig(max_concurrency=16, prefill_prompt_once=share))
         seen = []
         forward = engine.model.forward
         engine.model.forward = lambda *a, _f=forward, _seen=seen, **k: (

@@ -127,7 +127,7 @@ def test_learner_switches_packing_off_for_a_model_it_does_not_fit(default_model,
     with caplog.at_level(logging.WARNING):
         learner.logprobs(model, batch)
     # the shared layout numbers completions from the prompt's end: wrong here, so sharing goes off first
-    assert "prompt sharing is off" in caplog.text and not learner.share_prompts
+    assert "prompt sharing is off" in caplog.text and not learner.forward_prompt_once
     assert not learner.padding_free and "packing is off" in caplog.text
 
 
@@ -192,11 +192,12 @@ def test_shared_forward_equals_padded_forward_values_and_gradients(default_model
 )  # PPO: the value head reads hidden states
 def test_learner_update_is_the_same_with_and_without_shared_prompts(default_model, algo):
     batch, adv = group_batch(seed=5), torch.rand(24, generator=torch.Generator().manual_seed(5))
-    out = update_with_and_without(default_model, algo, batch, adv, "share_prompts")
+    out = update_with_and_without(default_model, algo, batch, adv, "forward_prompt_once")
     for share, (_, _, learner) in out.items():
         layout = learner._packing(batch)
         assert (
-            learner.share_prompts == share and (layout is not None and layout.unit_ids is not None) == share
+            learner.forward_prompt_once == share
+            and (layout is not None and layout.unit_ids is not None) == share
         )
 
 
@@ -214,7 +215,7 @@ def test_learner_falls_back_to_plain_packing_for_a_model_without_4d_masks(defaul
     batch = group_batch(seed=2)
     with caplog.at_level(logging.WARNING):
         got = learner.logprobs(model, batch)
-    assert "prompt sharing is off" in caplog.text and not learner.share_prompts
+    assert "prompt sharing is off" in caplog.text and not learner.forward_prompt_once
     assert learner.padding_free and "packing is off" not in caplog.text
     with torch.no_grad():
         want = Learner(default_model, OptimConfig(padding_free=False), AlgoConfig(), total_steps=1).logprobs(
@@ -257,7 +258,7 @@ def test_prompts_are_shared_only_under_kernels_that_take_4d_masks():
     assert not takes_4d_masks(stub(_attn_implementation="sdpa", sliding_window=4096))
     assert takes_4d_masks(stub(_attn_implementation="sdpa", sliding_window=4096, use_sliding_window=False))
     model = stub(_attn_implementation="flash_attention_2")
-    assert not Learner(model, OptimConfig(), AlgoConfig(), total_steps=1).share_prompts
+    assert not Learner(model, OptimConfig(), AlgoConfig(), total_steps=1).forward_prompt_once
 
 
 def test_micro_batches_keep_a_group_together_and_count_its_prompt_once(default_model):
@@ -266,7 +267,10 @@ def test_micro_batches_keep_a_group_together_and_count_its_prompt_once(default_m
     shared = Learner(default_model, OptimConfig(micro_batch_tokens=12), AlgoConfig(), total_steps=1)
     assert [c.tolist() for c in shared._chunks(torch.arange(6), batch)] == [[0, 1, 2, 3], [4, 5]]
     plain = Learner(
-        default_model, OptimConfig(micro_batch_tokens=12, share_prompts=False), AlgoConfig(), total_steps=1
+        default_model,
+        OptimConfig(micro_batch_tokens=12, forward_prompt_once=False),
+        AlgoConfig(),
+        total_steps=1,
     )
     assert [c.tolist() for c in plain._chunks(torch.arange(6), batch)] == [[0, 1], [2, 3], [4, 5]]
 

@@ -43,7 +43,7 @@ class EngineConfig:
     seed: int = 0  # seeds requests that carry no seed of their own
     # Requests admitted in one step with the same prompt (the G samples of a group) prefill it once:
     # the others copy its cached keys/values and sample from its logits with their own seeds
-    share_prompts: bool = True
+    prefill_prompt_once: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_concurrency", "max_batched_tokens"):
@@ -252,7 +252,7 @@ class HFEngine:
         copies: list[tuple[int, int, int]] = []  # (slot, slot it copies, tokens): twins of an earlier row
         for r, seq in enumerate(seqs):
             new = seq.pending()
-            if self.config.share_prompts and len(new) > 1 and seq.n_cached == 0:
+            if self.config.prefill_prompt_once and len(new) > 1 and seq.n_cached == 0:
                 twin = first.setdefault(tuple(new), r)
                 if twin != r:  # same tokens from position 0: same keys/values, same logits
                     last.append(last[twin])

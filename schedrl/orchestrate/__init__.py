@@ -1,1 +1,1 @@
-"""The training loops: synchronous on-policy now; staleness control and weight-sync policies next."""
+"""The training loops: the synchronous loop, the asynchronous pipeline and its policies, the staleness bound."""

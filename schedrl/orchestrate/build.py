@@ -41,7 +41,7 @@ def engine_config(cfg: RunConfig) -> EngineConfig:
         max_concurrency=e.max_concurrency,
         max_batched_tokens=e.max_batched_tokens,
         seed=cfg.seed,
-        share_prompts=e.share_prompts,
+        prefill_prompt_once=e.prefill_prompt_once,
     )
 
 

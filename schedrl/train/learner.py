@@ -94,7 +94,7 @@ class Learner:
         self.max_new_tokens = max_new_tokens
         self.device = next(model.parameters()).device
         self.padding_free, self._packing_checked = optim.padding_free, False
-        self.share_prompts = optim.share_prompts and takes_4d_masks(model)
+        self.forward_prompt_once = optim.forward_prompt_once and takes_4d_masks(model)
         why = _cannot_drive(algo.name, algo)
         if why:
             raise ValueError(
@@ -165,10 +165,10 @@ class Learner:
 
     def _packing(self, batch: TokenBatch) -> Packing | None:
         """The packed layout of `batch` with the fewest tokens: plain, or with prompts shared under
-        `share_prompts`; None when padding-free forwards are off or save no token."""
+        `forward_prompt_once`; None when padding-free forwards are off or save no token."""
         if not self.padding_free:
             return None
-        prefix_lens = prompt_lengths(batch).cpu() if self.share_prompts else None
+        prefix_lens = prompt_lengths(batch).cpu() if self.forward_prompt_once else None
         packing = pack_fewest(batch.input_ids.cpu(), batch.attention_mask.cpu(), prefix_lens)
         return packing.to(self.device) if packing.saves_tokens else None
 
@@ -197,10 +197,10 @@ class Learner:
         if diff <= tol:
             return packing
         if packing.unit_ids is not None:  # the shared layout
-            self.share_prompts = False
+            self.forward_prompt_once = False
             log.warning(
                 "the shared-prompt forward differs from the padded one by %.3g log-prob on this model: "
-                "prompt sharing is off for this run (optim.share_prompts)",
+                "prompt sharing is off for this run (optim.forward_prompt_once)",
                 diff,
             )
             plain = self._packing(batch)
@@ -345,7 +345,7 @@ class Learner:
             return [rows]  # one forward, whatever the order
         lengths = batch.attention_mask[rows].sum(-1)
         width = dict(zip(rows.tolist(), lengths.tolist(), strict=True))
-        if self.padding_free and self.share_prompts:
+        if self.padding_free and self.forward_prompt_once:
             group = dict(zip(width, prompt_groups(batch)[rows].tolist(), strict=True))
             prompt = dict(zip(width, prompt_lengths(batch)[rows].tolist(), strict=True))
             longest: dict[int, int] = {}
