@@ -57,8 +57,18 @@ class ScriptedEngine:
 
     def _finish(self, rid: str, reason: str) -> Sample:
         r, toks, lps, vers = self._running.pop(rid)
-        sample = Sample(rid, r.prompt_ids, tuple(toks), tuple(lps), tuple(vers), reason, r.params,
-                        task_id=r.task_id, group_id=r.group_id, sample_index=r.sample_index)  # fmt: skip
+        sample = Sample(
+            rid,
+            r.prompt_ids,
+            tuple(toks),
+            tuple(lps),
+            tuple(vers),
+            reason,
+            r.params,
+            task_id=r.task_id,
+            group_id=r.group_id,
+            sample_index=r.sample_index,
+        )
         if self.on_finish is not None and reason != "aborted":
             self.on_finish(sample)
         return sample

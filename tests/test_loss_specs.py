@@ -44,8 +44,16 @@ def test_learner_drives_a_new_loss_from_its_spec(default_model, monkeypatch):
     seen: list[dict] = []
 
     def reinforce_sum(logp, old_logp, adv, mask, *, behav_logp, versions, prox_version, max_tokens, clip_eps):
-        seen.append({"behav": behav_logp.clone(), "versions": versions.clone(), "prox": prox_version,
-                     "max_tokens": max_tokens, "clip_eps": clip_eps, "rows": len(logp)})  # fmt: skip
+        seen.append(
+            {
+                "behav": behav_logp.clone(),
+                "versions": versions.clone(),
+                "prox": prox_version,
+                "max_tokens": max_tokens,
+                "clip_eps": clip_eps,
+                "rows": len(logp),
+            }
+        )
         loss = -(adv[:, None] * logp * mask).sum() / max_tokens
         return loss, {"seen_tokens": float(mask.sum())}
 
@@ -59,8 +67,13 @@ def test_learner_drives_a_new_loss_from_its_spec(default_model, monkeypatch):
 
     def train(micro: int) -> dict[str, float]:
         model = copy.deepcopy(default_model)
-        learner = Learner(model, OptimConfig(micro_batch_size=micro, micro_batch_tokens=0, lr=1e-2),
-                          AlgoConfig(name="reinforce_sum", clip_eps=0.3), 10, max_new_tokens=4)  # fmt: skip
+        learner = Learner(
+            model,
+            OptimConfig(micro_batch_size=micro, micro_batch_tokens=0, lr=1e-2),
+            AlgoConfig(name="reinforce_sum", clip_eps=0.3),
+            10,
+            max_new_tokens=4,
+        )
         return learner.update(batch, adv, step=3, version=3)
 
     whole = train(micro=8)

@@ -69,19 +69,19 @@ class LocalBackend:
 
     name = "local"
 
-    def start_engine(self, cfg: dict, weights, version: int, index: int = 0) -> EngineWorker:
+    def start_engine(self, cfg: dict, weights: Any, version: int, index: int = 0) -> EngineWorker:
         name = worker_name(index, cfg["pipeline"]["num_engines"])
         return EngineWorker(cfg, self._resolve(weights), version, name=name)
 
     def start_learner(self, cfg: dict, run_root: str, checkpoint: str | None) -> LearnerWorker:
         return LearnerWorker(cfg, run_root, checkpoint)
 
-    def _resolve(self, x):
+    def _resolve(self, x: Any) -> Any:
         if isinstance(x, _Done):
             return self.get(x)
         return x
 
-    def call(self, worker, method: str, *args, num_returns: int = 1):
+    def call(self, worker: Any, method: str, *args, num_returns: int = 1):
         try:
             value = getattr(worker, method)(*(self._resolve(a) for a in args))
         except WorkerDiedError:
@@ -98,10 +98,10 @@ class LocalBackend:
             raise future.error
         return future.value
 
-    def put(self, value) -> _Done:
+    def put(self, value: Any) -> _Done:
         return _Done(value)
 
-    def kill(self, worker) -> None:
+    def kill(self, worker: Any) -> None:
         pass
 
     def shutdown(self) -> None:
@@ -165,7 +165,7 @@ class ThreadBackend:
         self.workers.append(worker)
         return worker
 
-    def start_engine(self, cfg: dict, weights, version: int, index: int = 0) -> _ThreadWorker:
+    def start_engine(self, cfg: dict, weights: Any, version: int, index: int = 0) -> _ThreadWorker:
         name = worker_name(index, self.num_engines)
         cores = self.engine_cores[index]
         return self.start_worker(name, EngineWorker, cfg, self._resolve(weights), version, cores, 1, name)
@@ -174,7 +174,7 @@ class ThreadBackend:
         return self.start_worker("learner", LearnerWorker, cfg, run_root, checkpoint, self.learner_cores, 1)
 
     @staticmethod
-    def _resolve(x):
+    def _resolve(x: Any) -> Any:
         return x.result() if isinstance(x, _Ref) else x
 
     def call(self, worker: _ThreadWorker, method: str, *args, num_returns: int = 1):
@@ -192,7 +192,7 @@ class ThreadBackend:
     def get(self, ref: _Ref):
         return ref.result()
 
-    def put(self, value) -> _Ref:
+    def put(self, value: Any) -> _Ref:
         future: Future = Future()
         future.set_result(value)
         return _Ref(future)
@@ -255,7 +255,7 @@ class RayBackend:
             else ([None] * num_engines, None)
         )
 
-    def start_engine(self, cfg: dict, weights, version: int, index: int = 0):
+    def start_engine(self, cfg: dict, weights: Any, version: int, index: int = 0):
         actor = self.ray.remote(num_cpus=self.engine_ask, max_restarts=0)(EngineWorker)
         return actor.remote(
             cfg,
@@ -270,7 +270,7 @@ class RayBackend:
         actor = self.ray.remote(num_cpus=self.learner_ask, max_restarts=0)(LearnerWorker)
         return actor.remote(cfg, run_root, checkpoint, self.learner_cores, self.learner_cpus)
 
-    def call(self, worker, method: str, *args, num_returns: int = 1):
+    def call(self, worker: Any, method: str, *args, num_returns: int = 1):
         fn = getattr(worker, method)
         if num_returns != 1:
             fn = fn.options(num_returns=num_returns)
@@ -280,16 +280,16 @@ class RayBackend:
         ready, _ = self.ray.wait(list(futures), num_returns=1, timeout=timeout)
         return ready
 
-    def get(self, future):
+    def get(self, future: Any) -> Any:
         try:
             return self.ray.get(future)
         except (self.errors.RayActorError, self.errors.ActorUnavailableError) as e:
             raise WorkerDiedError(str(e).splitlines()[0]) from e
 
-    def put(self, value):
+    def put(self, value: Any):
         return self.ray.put(value)
 
-    def kill(self, worker) -> None:
+    def kill(self, worker: Any) -> None:
         self.ray.kill(worker)
 
     def shutdown(self) -> None:

@@ -51,8 +51,12 @@ def _no_args(name: str, cls: type) -> Callable[..., AdmissionPolicy]:
 
 
 def _length_ordered(name: str, order: str) -> Callable[..., AdmissionPolicy]:
-    def build(predictor: str = "sibling", predictor_args: dict | None = None, max_wait_steps: int = 1024,
-              **unknown: Any) -> AdmissionPolicy:  # fmt: skip
+    def build(
+        predictor: str = "sibling",
+        predictor_args: dict | None = None,
+        max_wait_steps: int = 1024,
+        **unknown: Any,
+    ) -> AdmissionPolicy:
         if unknown:
             raise ValueError(
                 f"admission policy {name!r}: unknown argument(s) {', '.join(sorted(unknown))}; "

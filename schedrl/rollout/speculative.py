@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -97,7 +98,7 @@ def _truncated(p: SamplingParams) -> bool:
 
 
 def _draft_logits(
-    model,
+    model: torch.nn.Module,
     prompts: Sequence[Sequence[int]],
     drafts: Sequence[Sequence[int]],
     max_tokens: int = 16384,
@@ -186,7 +187,7 @@ def _behaviour_logprobs(logits: torch.Tensor, p: SamplingParams) -> torch.Tensor
     return (logits / (p.temperature if p.temperature > 0 else 1.0)).log_softmax(-1)
 
 
-def _is_stop(tokens: list[int], p: SamplingParams, eos_ids: frozenset[int], tokenizer) -> bool:
+def _is_stop(tokens: list[int], p: SamplingParams, eos_ids: frozenset[int], tokenizer: Any) -> bool:
     tok = tokens[-1]
     if (tok in eos_ids and not p.ignore_eos) or tok in p.stop_token_ids:
         return True
@@ -198,13 +199,13 @@ def _is_stop(tokens: list[int], p: SamplingParams, eos_ids: frozenset[int], toke
 
 
 def verify_drafts(
-    model,
+    model: torch.nn.Module,
     requests: Sequence[Request],
     drafts: Sequence[Sample | None],
     *,
     eos_ids: frozenset[int],
-    tokenizer=None,
-    draft_model=None,
+    tokenizer: Any = None,
+    draft_model: torch.nn.Module | None = None,
     version: int = 0,
     seed: int = 0,
 ) -> tuple[list[Sample | Request], SpecStats]:
@@ -265,7 +266,7 @@ def verify_drafts(
             stats.rejected += 1
         else:
             stats.accepted += n
-    residual_q = _residual_q(draft_model, requests, drafts, draft_toks, rejected, q_full, logits[0].shape[-1])
+    residual_q = _residual_q(draft_model, requests, present, draft_toks, rejected, q_full, logits[0].shape[-1])
     for k, b in enumerate(rows):
         req, toks = requests[b], draft_toks[b]
         keep = toks if b not in rejected else toks[: rejected[b]]
@@ -309,7 +310,13 @@ def verify_drafts(
 
 
 def _residual_q(
-    draft_model, requests, drafts, draft_toks, rejected, q_full, vocab: int
+    draft_model: torch.nn.Module | None,
+    requests: Sequence[Request],
+    drafts: dict[int, Sample],
+    draft_toks: dict[int, list[int]],
+    rejected: dict[int, int],
+    q_full: dict[int, torch.Tensor],
+    vocab: int,
 ) -> dict[int, torch.Tensor]:
     """q over the vocabulary at each rejected position: a point mass for greedy drafts, else the draft policy's."""
     out, need = {}, []

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -28,11 +29,18 @@ from schedrl.rollout.speculative import DraftStore, SpecStats, verify_drafts
 from schedrl.seeding import derive_seed
 from schedrl.types import Request, Sample
 
+if TYPE_CHECKING:
+    from schedrl.config import RunConfig
+    from schedrl.engine import Engine
+
 Score = Callable[[Sequence[Sample]], list[float]]
 
 
 class StepRollout:
-    def __init__(self, cfg, engine, model: torch.nn.Module, tokenizer) -> None:
+    """The synchronous loop's rollout of one step: plain generation on the engine, or with online pruning
+    (ARRoL) or speculative reuse of earlier rollouts (SPEC-RL), as the run's `rollout` section says."""
+
+    def __init__(self, cfg: RunConfig, engine: Engine, model: torch.nn.Module, tokenizer: Any) -> None:
         self.r, self.seed = cfg.rollout, cfg.seed
         self.engine, self.model, self.tokenizer = engine, model, tokenizer
         self.drafts = DraftStore() if self.r.speculative else None

@@ -12,6 +12,7 @@ import logging
 import math
 from collections import defaultdict
 from dataclasses import asdict
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel
@@ -75,6 +76,11 @@ def _dtype(model: torch.nn.Module) -> torch.dtype:
 
 
 class Learner:
+    """Trains a policy with one registered loss: forward passes (padding-free, prompts forwarded once),
+    micro-batching weighted by the loss's `LossSpec`, PPO epochs and minibatches, AdamW with a
+    learning-rate schedule, clipping and a non-finite guard. It computes what the spec asks for
+    (reference, proximal and behaviour log-probs, values, vocabulary statistics) and nothing else."""
+
     def __init__(
         self,
         model: PreTrainedModel,
@@ -134,7 +140,9 @@ class Learner:
         logp, logits, _ = self._forward_values(model, batch, with_values=False)
         return logp, logits
 
-    def _forward_values(self, model, batch: TokenBatch, with_values: bool):
+    def _forward_values(
+        self, model: torch.nn.Module, batch: TokenBatch, with_values: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """As `_forward`, plus V(s_t) (B, L-1) from the value head at each target's context when asked."""
         packing = self._packing(batch)
         if packing is not None and not self._packing_checked:
@@ -173,7 +181,7 @@ class Learner:
         return packing.to(self.device) if packing.saves_tokens else None
 
     @torch.no_grad()
-    def _check_packing(self, model, batch: TokenBatch, packing: Packing) -> Packing | None:
+    def _check_packing(self, model: torch.nn.Module, batch: TokenBatch, packing: Packing) -> Packing | None:
         """Once per learner: packed log-probs (eval mode, so no dropout) must match the padded forward's.
         A model that ignores position ids, or attends across the packed sequences, would differ: then
         packing is switched off. A shared-prompt layout that differs (a kernel that ignores 4D masks)
@@ -384,7 +392,18 @@ class Learner:
             chunks[-1].extend(rows)
         return [torch.tensor(c) for c in chunks]
 
-    def _loss_kwargs(self, mb: TokenBatch, idx, width, mb_inds, ref_logp, extra, ctx, values, logits) -> dict:
+    def _loss_kwargs(
+        self,
+        mb: TokenBatch,
+        idx: torch.Tensor,
+        width: int,
+        mb_inds: torch.Tensor,
+        ref_logp: torch.Tensor | None,
+        extra: dict[str, torch.Tensor],
+        ctx: dict[str, Any],
+        values: torch.Tensor | None,
+        logits: torch.Tensor,
+    ) -> dict[str, Any]:
         """The keywords of one micro-batch's loss call: what the loss's spec asks for."""
         kw = dict(self.config_kwargs)
         needs = self.spec.inputs
@@ -408,7 +427,18 @@ class Learner:
             kw[k] = t[idx, :width].to(self.device)
         return kw
 
-    def _minibatch(self, batch, advantages, mb_inds, old_logp, ref_logp, extra, ctx) -> dict[str, float]:
+    def _minibatch(
+        self,
+        batch: TokenBatch,
+        advantages: torch.Tensor,
+        mb_inds: torch.Tensor,
+        old_logp: torch.Tensor | None,
+        ref_logp: torch.Tensor | None,
+        extra: dict[str, torch.Tensor],
+        ctx: dict[str, Any],
+    ) -> dict[str, float]:
+        """One optimizer step on the rows `mb_inds`: micro-batches accumulate the loss's gradient, weighted
+        as its spec's normalisation says, then clipping and the non-finite guard."""
         self.optimizer.zero_grad(set_to_none=True)
         mb_tokens = float(batch.mask[mb_inds].sum().clamp(min=1))
         sums: dict[str, float] = defaultdict(float)
