@@ -266,7 +266,9 @@ def verify_drafts(
             stats.rejected += 1
         else:
             stats.accepted += n
-    residual_q = _residual_q(draft_model, requests, present, draft_toks, rejected, q_full, logits[0].shape[-1])
+    residual_q = _residual_q(
+        draft_model, requests, present, draft_toks, rejected, q_full, logits[0].shape[-1]
+    )
     for k, b in enumerate(rows):
         req, toks = requests[b], draft_toks[b]
         keep = toks if b not in rejected else toks[: rejected[b]]
