@@ -6,45 +6,21 @@ than these four land in ``Task.metadata`` so a custom reward can read them (e.g.
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
-import os
 import random
-import sys
 import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from schedrl.dotted import load_object
 from schedrl.envs.base import RewardFn, Task, check_count, check_split, split_of
 
 
 def load_callable(path: str) -> RewardFn:
-    """Import ``"package.module:function"`` or ``"package.module.function"``; ``ValueError`` on failure.
-
-    Modules are looked up on the import path and, after it, in the working directory (as
-    ``python -m`` does), so a reward module beside the recipe imports without PYTHONPATH."""
-    if not isinstance(path, str) or not path.strip():
-        raise ValueError(f"reward must be a dotted path like 'pkg.module:function', got {path!r}")
-    module_name, sep, attr = path.partition(":")
-    if not sep:
-        module_name, _, attr = path.rpartition(".")
-    if not module_name or not attr:
-        raise ValueError(f"reward {path!r}: expected 'package.module:function' or 'package.module.function'")
-    if os.getcwd() not in sys.path and "" not in sys.path:  # as `python -m`: modules in the working directory
-        sys.path.append(os.getcwd())
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as e:  # any import-time failure is the user's module; report it with the path
-        raise ValueError(f"reward {path!r}: cannot import module {module_name!r}: {e}") from e
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"reward {path!r}: {obj.__name__!r} has no attribute {part!r}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise ValueError(f"reward {path!r}: {type(obj).__name__} object is not callable")
-    return typing.cast(RewardFn, obj)
+    """The reward function named by ``"package.module:function"`` (see `schedrl.dotted.load_object`)."""
+    return typing.cast(RewardFn, load_object(path, "reward"))
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
