@@ -35,6 +35,12 @@ class ModelConfig:
 class TaskConfig:
     name: str = "addition"  # registered task name (see `schedrl tasks`)
     args: dict[str, Any] = field(default_factory=dict)  # keyword arguments of the task
+    env: str = "single_turn"  # how an episode runs: single_turn, tools, or a dotted path to an environment
+    env_args: dict[str, Any] = field(default_factory=dict)  # its arguments, e.g. {tools: ["pkg.mod:fn"]}
+    max_turns: int = 4  # model turns per episode (multi-turn environments)
+    max_observation_tokens: int = (
+        256  # cap of each environment or tool answer, in tokens (head and tail kept)
+    )
 
 
 @dataclass
@@ -196,6 +202,8 @@ class RunConfig:
 # Fields that must be > 0 or >= 0, by dotted name.
 _POSITIVE = {
     "steps",
+    "task.max_turns",
+    "task.max_observation_tokens",
     "sampling.prompts_per_step",
     "sampling.group_size",
     "sampling.max_new_tokens",
@@ -364,6 +372,13 @@ def _validate_data(cfg: RunConfig) -> None:
 
 
 def _validate_rollout(cfg: RunConfig) -> None:
+    from schedrl.envs.registry import ENVIRONMENTS
+
+    if cfg.task.env not in ENVIRONMENTS and ":" not in cfg.task.env:
+        raise ConfigError(
+            f"config field 'task.env' must be one of {', '.join(ENVIRONMENTS.names())} or a dotted path "
+            f"'pkg.module:Env', got {cfg.task.env!r}"
+        )
     r = cfg.rollout
     if r.draft_versions <= 0:
         raise ConfigError(f"config field 'rollout.draft_versions' must be > 0, got {r.draft_versions!r}")
@@ -381,6 +396,12 @@ def _validate_rollout(cfg: RunConfig) -> None:
             f"config field 'rollout.prune_check_tokens' must be > 0, got {r.prune_check_tokens!r}"
         )
     on = [f"rollout.{n}" for n in ("speculative", "prune_keep") if getattr(r, n)]
+    if cfg.task.env != "single_turn" and (on or cfg.pipeline.mode == "async"):
+        what = on[0] if on else "pipeline.mode 'async'"
+        raise ConfigError(
+            f"config field 'task.env' is {cfg.task.env!r}: multi-turn episodes run in the synchronous loop, "
+            f"without speculative reuse or pruning, for now; got {what}"
+        )
     if len(on) == 2:
         raise ConfigError(
             "config fields 'rollout.speculative' and 'rollout.prune_keep' cannot both be on: a "

@@ -132,6 +132,9 @@ class Sample:
     group_id: str | None = None
     sample_index: int = 0
     reward: float | None = None
+    # per token: in the loss (model tokens) or context only (tool, environment, template tokens of a
+    # multi-turn episode); None: every token is the model's
+    trained: tuple[bool, ...] | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -26,3 +26,11 @@ def test_collate_keeps_versions_and_names_bad_rows():
         collate([[5]], [[7, 8]], pad_id=0, versions=[[1]])
     with pytest.raises(ValueError, match="behaviour_logp 0 has 3 entries for 2 tokens"):
         collate([[5]], [[7, 8]], pad_id=0, behaviour_logp=[[0.0, 0.0, 0.0]])
+
+
+def test_collate_train_mask_keeps_only_trained_completion_tokens():
+    batch = collate([[5, 6], [7]], [[1, 2, 3], [4, 4]], 0, train_mask=[[True, False, True], None])
+    # row 0: completion targets at 1..3, the middle one is a tool token; row 1 trains both
+    assert batch.mask.tolist() == [[0.0, 1.0, 0.0, 1.0], [1.0, 1.0, 0.0, 0.0]]
+    with pytest.raises(ValueError, match="train_mask 0 has 2 entries for 3 tokens"):
+        collate([[5, 6]], [[1, 2, 3]], 0, train_mask=[[True, False]])

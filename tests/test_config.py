@@ -96,3 +96,16 @@ def test_pipeline_policies_are_checked_by_name():
         config_from_dict({"pipeline": {"weight_sync": "eager"}})
     with pytest.raises(ConfigError, match="weight_sync='inflight'.*choose 'decoupled'"):
         config_from_dict({"pipeline": {"mode": "async", "weight_sync": "inflight"}})
+
+
+def test_multi_turn_environments_run_in_the_synchronous_loop_for_now():
+    tools = {"name": "calc", "env": "tools", "env_args": {"tools": ["schedrl.envs.calc:calc"]}}
+    assert config_from_dict({"task": tools}).task.env == "tools"
+    with pytest.raises(
+        ConfigError, match="'task.env' is 'tools': multi-turn episodes run in the synchronous"
+    ):
+        config_from_dict({"task": tools, "pipeline": {"mode": "async"}})
+    with pytest.raises(ConfigError, match="'task.max_turns' must be > 0"):
+        config_from_dict({"task": {**tools, "max_turns": 0}})
+    with pytest.raises(ConfigError, match="'task.env' must be one of single_turn, tools or a dotted path"):
+        config_from_dict({"task": {"env": "chat"}})

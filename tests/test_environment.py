@@ -14,6 +14,8 @@ from schedrl.envs.environment import Environment, Observation, SingleTurnEnv, St
 class Countdown:
     """A test environment: say the numbers from the task's answer down to 1, one per turn."""
 
+    stop_strings = ()
+
     def __init__(self, start: int = 3) -> None:
         self.start, self.next = start, start
 

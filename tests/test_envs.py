@@ -202,7 +202,7 @@ def test_tiny_problem_space_fails_clearly() -> None:
 
 
 def test_make_task_errors() -> None:
-    with pytest.raises(ValueError, match=r"unknown task 'foo'; valid tasks: addition, countdown, file"):
+    with pytest.raises(ValueError, match=r"unknown task 'foo'; valid tasks: addition, calc, countdown, file"):
         make_task("foo")
     with pytest.raises(ValueError, match=r"'addition'.*min_digits \(3\) must be <= max_digits \(2\)"):
         make_task("addition", min_digits=3, max_digits=2)
@@ -216,7 +216,7 @@ def test_make_task_errors() -> None:
         make_task("longtail", long_weight=-1)
     with pytest.raises(ValueError, match=r"'countdown'.*max_number"):
         make_task("countdown", max_number=10**7)
-    assert set(TASKS) == {"addition", "sort", "reverse", "countdown", "longtail", "file", "tiered"}
+    assert set(TASKS) == {"addition", "sort", "reverse", "countdown", "longtail", "file", "tiered", "calc"}
 
 
 # ---- user files --------------------------------------------------------------------------------

@@ -61,3 +61,13 @@ def test_auto_stays_within_bounds():
         AutoStaleness(k_min=3, k_max=1)
     with pytest.raises(ValueError, match="low"):
         AutoStaleness(low=0.2, high=0.1)
+
+
+def test_context_tokens_are_not_judged_by_staleness():
+    bound = StalenessBound(1)
+    versions, trained = [5, -1, -1, 4, 3], [True, False, False, True, True]
+    # the tool's tokens (version -1) neither drop the sample nor enter the loss
+    assert bound.trainable(5, versions[:4], "drop", trained[:4]) == [True, False, False, True]
+    assert bound.trainable(5, versions, "drop", trained) is None  # version 3 is 2 > k old
+    assert bound.trainable(5, versions, "mask", trained) == [True, False, False, True, False]
+    assert bound.trainable(5, [5, 4], "drop") == [True, True]

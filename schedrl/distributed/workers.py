@@ -122,10 +122,8 @@ class LearnerWorker:
                 self.tokenizer.pad_token_id,
                 payload["logprobs"],
                 payload["versions"],
+                payload["train_mask"],
             )
-            for i, (p, keep) in enumerate(zip(payload["prompt_ids"], payload["train_mask"], strict=True)):
-                start = len(p) - 1
-                batch.mask[i, start : start + len(keep)] *= torch.tensor(keep, dtype=batch.mask.dtype)
             # The weights being updated are version `step`: update s turns version s into s + 1.
             stats = self.learner.update(batch, torch.tensor(payload["advantages"]), step, version=step)
         with self.timeline.span("weight-sync"):

@@ -12,7 +12,7 @@ _MAX_DIGITS = 1000
 """Keeps answers far below Python's int-from-string limit (4300 digits)."""
 
 
-def _operand(rng: random.Random, min_digits: int, max_digits: int) -> int:
+def operand(rng: random.Random, min_digits: int, max_digits: int) -> int:
     """A number whose digit count is uniform in ``[min_digits, max_digits]`` (one digit includes 0)."""
     d = rng.randint(min_digits, max_digits)
     return rng.randint(0 if d == 1 else 10 ** (d - 1), 10**d - 1)
@@ -37,8 +37,8 @@ class AdditionTask(GeneratedTasks):
         check_order(self.name, "min_digits", min_digits, "max_digits", max_digits)
 
     def candidate(self, rng: random.Random) -> Task:
-        a = _operand(rng, self.min_digits, self.max_digits)
-        b = _operand(rng, self.min_digits, self.max_digits)
+        a = operand(rng, self.min_digits, self.max_digits)
+        b = operand(rng, self.min_digits, self.max_digits)
         prompt = f"{a}+{b}="
         return Task(id=task_id("add", prompt), prompt=prompt, answer=str(a + b), domain=self.name)
 

@@ -45,6 +45,8 @@ class StepResult:
 
 @runtime_checkable
 class Environment(Protocol):
+    stop_strings: tuple[str, ...]  # what ends a model turn here (a tool parser's closing tag); () for none
+
     async def reset(self, task: Task, seed: int) -> Observation:
         """Start an episode on `task`; the first observation is what the policy is prompted with."""
         ...
@@ -60,6 +62,8 @@ class Environment(Protocol):
 
 class SingleTurnEnv:
     """A `TaskSource` as a one-step environment: the prompt, then one action scored by the task's reward."""
+
+    stop_strings: tuple[str, ...] = ()
 
     def __init__(self, source: TaskSource) -> None:
         self.source = source

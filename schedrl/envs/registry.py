@@ -6,12 +6,16 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from schedrl.dotted import load_object
 from schedrl.envs.addition import AdditionTask
 from schedrl.envs.base import TaskSource
+from schedrl.envs.calc import CalcTask
 from schedrl.envs.countdown import CountdownTask
 from schedrl.envs.digits import ReverseDigitsTask, SortDigitsTask
+from schedrl.envs.environment import Environment, SingleTurnEnv
 from schedrl.envs.longtail import LongtailMix
 from schedrl.envs.tiered import TieredMix
+from schedrl.envs.tool_env import tool_env
 from schedrl.envs.user import FileTask
 from schedrl.registry import Registry
 
@@ -24,8 +28,31 @@ for _name, _factory in (
     ("longtail", LongtailMix),
     ("tiered", TieredMix),
     ("file", FileTask),
+    ("calc", CalcTask),
 ):
     TASKS.add(_name, _factory)
+
+# How a task's episodes run: `single_turn` (the prompt, one completion, the task's reward) or `tools`
+# (turns that call tools until one answers); each takes the task source first.
+ENVIRONMENTS: Registry[Callable[..., Environment]] = Registry("environment")
+ENVIRONMENTS.add("single_turn", SingleTurnEnv, "the prompt, one completion, the task's reward")
+ENVIRONMENTS.add("tools", tool_env, "turns that call tools (env_args.tools) until one answers")
+
+
+def make_env(name: str, source: TaskSource, **kwargs: Any) -> Environment:
+    """The environment registered as `name`, or a dotted path to a class or factory, built on `source`."""
+    factory = ENVIRONMENTS.get(name) if ":" not in name else load_object(name, "environment")
+    try:
+        env = factory(source, **kwargs)
+    except TypeError as err:
+        raise ValueError(
+            f"environment {name!r}: cannot build it with env_args {sorted(kwargs)}: {err}"
+        ) from err
+    if not isinstance(env, Environment):
+        raise ValueError(
+            f"environment {name!r}: {type(env).__name__} is not an Environment (async reset, step, close)"
+        )
+    return env
 
 
 def make_task(name: str, **kwargs: Any) -> TaskSource:

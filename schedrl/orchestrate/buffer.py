@@ -38,7 +38,10 @@ def sample_to_dict(s: Sample) -> dict:
 
 def sample_from_dict(d: dict) -> Sample:
     tuples = ("prompt_ids", "token_ids", "logprobs", "versions")
-    return Sample(**{**d, "params": _params(d["params"]), **{k: tuple(d[k]) for k in tuples}})
+    trained = tuple(d["trained"]) if d.get("trained") is not None else None
+    return Sample(
+        **{**d, "params": _params(d["params"]), **{k: tuple(d[k]) for k in tuples}, "trained": trained}
+    )
 
 
 @dataclass

@@ -18,11 +18,12 @@ from transformers import PreTrainedModel
 from schedrl.config import RunConfig
 from schedrl.data import DataContext, DataScheduler, make_scheduler
 from schedrl.engine import Engine, EngineConfig, HFEngine
-from schedrl.envs import TaskSource, make_task
+from schedrl.envs import Environment, TaskSource, make_env, make_task
 from schedrl.envs.scoring import RewardScorer
 from schedrl.models import build_char_tokenizer, build_tiny_model, default_device, load_model_and_tokenizer
 from schedrl.models.loading import move_to
 from schedrl.models.tiny import TinyModelConfig
+from schedrl.rollout.episodes import EpisodeRunner
 from schedrl.rollout.registry import make_admission
 from schedrl.rollout.step import StepRollout
 from schedrl.train.checkpoint import latest_checkpoint, load_checkpoint, set_rng_state
@@ -108,6 +109,20 @@ def make_learner(cfg: RunConfig, model: PreTrainedModel, ref_model: PreTrainedMo
     )
 
 
+def make_episodes(cfg: RunConfig, engine: Engine, tokenizer: Any, source: TaskSource) -> EpisodeRunner | None:
+    """The multi-turn episode runner of a task whose `task.env` is not single-turn, else None."""
+    t = cfg.task
+    if t.env == "single_turn":
+        return None
+
+    def new_env() -> Environment:
+        return make_env(t.env, source, **t.env_args)
+
+    return EpisodeRunner(
+        engine, tokenizer, new_env, new_env().stop_strings, t.max_turns, t.max_observation_tokens
+    )
+
+
 def build(cfg: RunConfig, run: RunDir, resume: bool = False) -> Components:
     torch.manual_seed(cfg.seed)
     device = default_device()
@@ -136,7 +151,7 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False) -> Components:
     )
     if "data" in state:  # the scheduler's statistics at the checkpoint
         data.load_state_dict(state.pop("data"))
-    rollout = StepRollout(cfg, engine, model, tokenizer)
+    rollout = StepRollout(cfg, engine, model, tokenizer, make_episodes(cfg, engine, tokenizer, source))
     return Components(
         cfg, run, model, tokenizer, source, engine, learner, scorer, logger, start_step, data, state, rollout
     )

@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING
 from schedrl.envs import TaskSource
 from schedrl.envs.scoring import RewardScorer
 from schedrl.rollout import group_requests
+from schedrl.rollout.episodes import EpisodeRunner
 from schedrl.seeding import derive_seed
 from schedrl.train.metrics import summarize_eval
-from schedrl.types import SamplingParams
+from schedrl.types import Request, Sample, SamplingParams
 
 if TYPE_CHECKING:
     from schedrl.orchestrate.build import Components
@@ -25,14 +26,24 @@ def evaluate(
     temperature: float,
     max_new_tokens: int,
     seed: int,
+    episodes: EpisodeRunner | None = None,
 ) -> dict[str, float]:
-    """Evaluate the engine's current weights on `n_tasks` eval-split tasks drawn with `seed`."""
+    """Evaluate the engine's current weights on `n_tasks` eval-split tasks drawn with `seed`; with
+    `episodes`, each sample is a multi-turn episode scored by its environment."""
     if n_tasks == 0:
         return {}
     tasks = source.sample("eval", n_tasks, seed)
     by_id = {t.id: t for t in tasks}
     scorer = RewardScorer(source, max_error_rate=1.0)
-    greedy = engine.generate(
+
+    def play(requests: list[Request]) -> tuple[list[Sample], list[float]]:
+        if episodes is None:
+            samples = engine.generate(requests)
+            return samples, scorer(by_id, samples)
+        samples = episodes.run(requests, by_id)
+        return samples, [s.reward or 0.0 for s in samples]
+
+    greedy, greedy_rewards = play(
         group_requests(
             tasks,
             tokenizer,
@@ -43,12 +54,12 @@ def evaluate(
             tag="eval-greedy",
         )
     )
-    greedy_acc = sum(r >= 1.0 for r in scorer(by_id, greedy)) / len(greedy)
+    greedy_acc = sum(r >= 1.0 for r in greedy_rewards) / len(greedy)
     params = SamplingParams(max_new_tokens, temperature=temperature)
-    sampled = engine.generate(group_requests(tasks, tokenizer, params, k, seed=seed, step=0, tag="eval"))
-    rewards = scorer(by_id, sampled)
+    sampled, rewards = play(group_requests(tasks, tokenizer, params, k, seed=seed, step=0, tag="eval"))
     per_task = [rewards[i * k : (i + 1) * k] for i in range(len(tasks))]
-    out = summarize_eval(per_task, [s.num_tokens for s in sampled], k)
+    lengths = [sum(s.trained) if s.trained is not None else s.num_tokens for s in sampled]  # model tokens
+    out = summarize_eval(per_task, lengths, k)
     return {"greedy_acc": greedy_acc, **out}
 
 
@@ -64,4 +75,5 @@ def run_eval(c: Components) -> dict[str, float]:
         temperature=e.temperature,
         max_new_tokens=c.cfg.sampling.max_new_tokens,
         seed=derive_seed(c.cfg.seed, "eval"),
+        episodes=c.rollout.episodes if c.rollout is not None else None,
     )

@@ -163,7 +163,7 @@ class Pipeline:
         """Drop every sample of a complete group too stale for `update`, and groups left with fewer than two."""
         for g in [g for g in self.groups.values() if g.admitted and g.complete]:
             for i, smp in list(g.done.items()):
-                if self.bound.trainable(update, smp.versions, self.p.stale) is None:
+                if self.bound.trainable(update, smp.versions, self.p.stale, smp.trained) is None:
                     del g.done[i]
                     g.dropped.append(i)
                     self.dropped.append(smp.request_id)

@@ -53,12 +53,18 @@ class StalenessBound:
         """Per token: may `update` train on it?"""
         return [s <= self.k for s in token_staleness(update, versions)]
 
-    def trainable(self, update: int, versions: Sequence[int], stale: str = "drop") -> list[bool] | None:
+    def trainable(
+        self, update: int, versions: Sequence[int], stale: str = "drop", trained: Sequence[bool] | None = None
+    ) -> list[bool] | None:
         """Per-token trained mask of a sample at `update`, or None when the sample must be dropped:
-        with `stale` "drop" every token must be fresh, with "mask" stale tokens stay as context only."""
+        with `stale` "drop" every model token must be fresh, with "mask" stale ones stay as context only.
+        `trained` marks the model's tokens (None: all are); the others (a tool's, the environment's) are
+        context whatever their version."""
         fresh = self.fresh_mask(update, versions)
-        if all(fresh) or (stale == "mask" and any(fresh)):
-            return fresh
+        model = list(trained) if trained is not None else [True] * len(fresh)
+        judged = [f for f, m in zip(fresh, model, strict=True) if m]
+        if all(judged) or (stale == "mask" and any(judged)):
+            return [f and m for f, m in zip(fresh, model, strict=True)]
         return None
 
     def record(self, update: int, versions: Sequence[int], trained: Sequence[bool]) -> Counter:

@@ -40,7 +40,7 @@ def rl_step(c: Components, step: int) -> dict[str, float]:
     by_id = {t.id: t for t in tasks}
     if c.rollout is None:
         raise ValueError("the synchronous loop needs Components.rollout (`build` sets it)")
-    samples, rollout_stats = c.rollout.run(requests, lambda ss: c.scorer(by_id, ss))
+    samples, rollout_stats = c.rollout.run(requests, lambda ss: c.scorer(by_id, ss), by_id)
     t_gen = time.perf_counter()
     rewards = torch.tensor([s.reward for s in samples])
     groups = group_index(samples)
@@ -52,6 +52,7 @@ def rl_step(c: Components, step: int) -> dict[str, float]:
         [s.token_ids for s in samples],
         c.tokenizer.pad_token_id,
         [s.logprobs for s in samples],
+        train_mask=[s.trained for s in samples] if any(s.trained is not None for s in samples) else None,
     )
     stats = c.learner.update(batch, adv, step)
     c.engine.update_weights(c.model.state_dict(), version=step + 1)
@@ -137,6 +138,8 @@ def train(
             run_sync(c, on_step)
     finally:
         c.logger.close()
+        if c.rollout is not None:
+            c.rollout.close()
     if "eval_after" not in c.state:  # resumed after the last step had been saved
         c.state["eval_after"] = run_eval(c)
     plot_reward_curve(

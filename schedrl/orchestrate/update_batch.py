@@ -33,7 +33,7 @@ class UpdateBatch:
         samples = [smp for g in groups for smp in g.samples()]
         masks = []
         for smp in samples:
-            mask = bound.trainable(update, smp.versions, stale)
+            mask = bound.trainable(update, smp.versions, stale, smp.trained)
             if mask is None:
                 raise ValueError(f"sample {smp.request_id} is too stale for update {update}; purge it first")
             masks.append(mask)

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from schedrl.envs.base import Task
+from schedrl.rollout.episodes import EpisodeRunner
 from schedrl.rollout.pruning import PruneConfig, SuccessHead, pruned_rollout, training_samples
 from schedrl.rollout.speculative import DraftStore, SpecStats, verify_drafts
 from schedrl.seeding import derive_seed
@@ -40,8 +42,17 @@ class StepRollout:
     """The synchronous loop's rollout of one step: plain generation on the engine, or with online pruning
     (ARRoL) or speculative reuse of earlier rollouts (SPEC-RL), as the run's `rollout` section says."""
 
-    def __init__(self, cfg: RunConfig, engine: Engine, model: torch.nn.Module, tokenizer: Any) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        engine: Engine,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        episodes: EpisodeRunner | None = None,
+    ) -> None:
+        """`episodes`: run each request as a multi-turn episode (a task with tools or another environment)."""
         self.r, self.seed = cfg.rollout, cfg.seed
+        self.episodes = episodes
         self.engine, self.model, self.tokenizer = engine, model, tokenizer
         self.drafts = DraftStore() if self.r.speculative else None
         self.draft_weights: dict[
@@ -57,10 +68,15 @@ class StepRollout:
         )
         self.head = SuccessHead()  # the pruner's success predictor (trained only when pruning)
 
-    def run(self, requests: Sequence[Request], score: Score) -> tuple[list[Sample], dict[str, float]]:
+    def run(
+        self, requests: Sequence[Request], score: Score, tasks: dict[str, Task] | None = None
+    ) -> tuple[list[Sample], dict[str, float]]:
         """Scored samples of `requests` (pruned ones dropped under prune_mode "drop") and rollout metrics.
+        Episodes are scored by their environment and need `tasks` (by id).
 
         The engine's weights are the policy's, at version `engine.version`."""
+        if self.episodes is not None:
+            return self._episodes(requests, tasks or {})
         if self.prune is not None:
             samples = pruned_rollout(self.engine, requests, self.head, lambda s: score([s])[0], self.prune)
             pruned = sum(s.finish_reason == "pruned" for s in samples)
@@ -83,6 +99,25 @@ class StepRollout:
             "spec_acceptance": stats.acceptance_rate,
             "spec_completed": float(stats.completed),
         }
+
+    def _episodes(
+        self, requests: Sequence[Request], tasks: dict[str, Task]
+    ) -> tuple[list[Sample], dict[str, float]]:
+        assert self.episodes is not None
+        samples = self.episodes.run(requests, tasks)
+        kept = [s for s in samples if s.token_ids]  # an episode whose environment failed at reset has none
+        turns = self.episodes.last_turns
+        stats = {
+            "env_errors": float(self.episodes.env_errors),
+            "episodes_dropped": float(len(samples) - len(kept)),
+            "turns_mean": sum(turns) / max(1, len(turns)),
+            **{f"tool/{k}": float(v) for k, v in sorted(self.episodes.tool_counts.items())},
+        }
+        return kept, stats
+
+    def close(self) -> None:
+        if self.episodes is not None:
+            self.episodes.close()
 
     def _speculative(self, requests: Sequence[Request], version: int) -> tuple[list[Sample], SpecStats]:
         """Verify every usable draft, grouped by the version that sampled it; run the rest on the engine."""

@@ -72,18 +72,26 @@ def collate(
     pad_id: int,
     behaviour_logp: Sequence[Sequence[float]] | None = None,
     versions: Sequence[Sequence[int]] | None = None,
+    train_mask: Sequence[Sequence[bool] | None] | None = None,
 ) -> TokenBatch:
     """Build a `TokenBatch`; every completion must hold at least one token.
 
     `versions` (the policy version of each completion token, `Sample.versions`) is kept only when given.
+    `train_mask` (per completion token: trained, or context only; None for a row trains every token)
+    zeroes the loss mask of the context tokens (tool and environment tokens, stale tokens).
     """
     rows = [list(p) + list(c) for p, c in zip(prompts, completions, strict=True)]
     for i, c in enumerate(completions):
         if not c:
             raise ValueError(f"collate: completion {i} is empty")
-        for name, per_token in (("behaviour_logp", behaviour_logp), ("versions", versions)):
-            if per_token is not None and len(per_token[i]) != len(c):
-                raise ValueError(f"collate: {name} {i} has {len(per_token[i])} entries for {len(c)} tokens")
+        for name, per_token in (
+            ("behaviour_logp", behaviour_logp),
+            ("versions", versions),
+            ("train_mask", train_mask),
+        ):
+            row = per_token[i] if per_token is not None else None
+            if row is not None and len(row) != len(c):
+                raise ValueError(f"collate: {name} {i} has {len(row)} entries for {len(c)} tokens")
     length = max(len(r) for r in rows)
     ids = torch.tensor([r + [pad_id] * (length - len(r)) for r in rows], dtype=torch.long)
     lengths = torch.tensor([len(r) for r in rows])
@@ -110,4 +118,10 @@ def collate(
         else torch.zeros(mask.shape)
     )
     ver = per_target(versions, -1, torch.long) if versions is not None else None
+    if train_mask is not None:
+        rows_mask = [
+            list(m) if m is not None else [True] * len(c)
+            for m, c in zip(train_mask, completions, strict=True)
+        ]
+        mask = mask * per_target(rows_mask, 0, torch.float32)
     return TokenBatch(ids, attn, ids[:, 1:].clone(), mask, blp, ver)

@@ -1,0 +1,65 @@
+"""A task with tools as a multi-turn environment: each model turn either calls tools or answers.
+
+A turn that holds calls (in the parser's format) runs them concurrently and the environment
+answers with their outputs; a turn without calls is the answer, scored by the task's reward on
+everything after the prompt (model turns and tool outputs, as a single-turn completion is the
+text after the prompt). Past `max_calls` turns with calls the episode ends, truncated, with
+reward 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from schedrl.envs.base import Task, TaskSource
+from schedrl.envs.environment import Observation, StepResult
+from schedrl.envs.tools import PARSERS, CallParser, Tool, ToolSet, load_tool
+
+
+class ToolEnv:
+    def __init__(self, source: TaskSource, tools: ToolSet, parser: CallParser, max_calls: int = 4) -> None:
+        if max_calls < 1:
+            raise ValueError(f"ToolEnv.max_calls must be >= 1, got {max_calls!r}")
+        self.source, self.tools, self.parser, self.max_calls = source, tools, parser, max_calls
+        self.stop_strings = (parser.stop,)  # nothing is generated after a call's closing tag
+        self.task: Task | None = None
+        self.transcript, self.calls = "", 0
+
+    async def reset(self, task: Task, seed: int) -> Observation:
+        self.task, self.transcript, self.calls = task, "", 0
+        return Observation(task.prompt, "template")
+
+    async def step(self, action: str) -> StepResult:
+        if self.task is None:
+            raise RuntimeError("ToolEnv.step before reset")
+        self.transcript += action
+        calls = self.parser.parse(action, self.tools.tools)
+        if not calls:
+            return StepResult(None, self.source.reward(self.task, self.transcript.strip()), done=True)
+        self.calls += 1
+        if self.calls > self.max_calls:
+            return StepResult(None, 0.0, done=True, truncated=True, info={"reason": "max_calls"})
+        results = await self.tools.run(calls)
+        text = self.parser.format_results([r.output for r in results])
+        self.transcript += text
+        return StepResult(
+            Observation(text, "tool"), None, done=False, info={"tools": [r.status for r in results]}
+        )
+
+    async def close(self) -> None:
+        self.task = None
+
+
+def tool_env(
+    source: TaskSource,
+    tools: Sequence[str | Callable[..., Any] | Tool] = (),
+    parser: str = "compact",
+    max_calls: int = 4,
+    timeout_s: float = 10.0,
+) -> ToolEnv:
+    """`env: tools` in a config: `tools` as dotted paths (``"schedrl.envs.calc:calc"``) or functions."""
+    if not tools:
+        raise ValueError("env 'tools' needs env_args.tools: dotted paths of the tool functions")
+    loaded = [load_tool(t) if isinstance(t, str) else t for t in tools]
+    return ToolEnv(source, ToolSet(loaded, timeout_s=timeout_s), PARSERS.get(parser)(), max_calls)

@@ -1,0 +1,174 @@
+"""Multi-turn episodes on the built-in engine: token in, token out across turns, tool tokens never trained,
+failures end an episode (never the run), and a synchronous training run with a calculator tool."""
+
+from __future__ import annotations
+
+import asyncio
+
+import torch
+
+from schedrl.config import config_from_dict
+from schedrl.engine import EngineConfig, HFEngine
+from schedrl.envs import make_env, make_task
+from schedrl.envs.environment import Observation, StepResult
+from schedrl.envs.ledger import encode
+from schedrl.orchestrate.sync import train
+from schedrl.rollout.episodes import EpisodeRunner
+from schedrl.train.batch import collate
+from schedrl.train.run_dir import RunDir, read_metrics
+from schedrl.types import Request, SamplingParams
+
+
+class OneCall:
+    """Answers the first turn with a tool result, scores the second by its length, as a tool loop does."""
+
+    stop_strings = ()
+
+    def __init__(self, observation: str = "[42]", fail: bool = False) -> None:
+        self.observation, self.fail, self.turns = observation, fail, 0
+
+    async def reset(self, task, seed: int) -> Observation:
+        return Observation(task.prompt, "template")
+
+    async def step(self, action: str) -> StepResult:
+        self.turns += 1
+        await asyncio.sleep(0)  # the environment yields, as a real tool would
+        if self.fail:
+            raise ConnectionError("the tool server went away")
+        if self.turns == 1:
+            return StepResult(Observation(self.observation, "tool"), None, done=False)
+        return StepResult(None, 1.0, done=True)
+
+    async def close(self) -> None:
+        return None
+
+
+class Recording(HFEngine):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.added: list[Request] = []
+        self.finished = []
+
+    def add(self, request: Request) -> None:
+        self.added.append(request)
+        super().add(request)
+
+    def step(self):
+        out = super().step()
+        self.finished += out
+        return out
+
+
+def _requests(tokenizer, tasks, budget=12):
+    return [
+        Request(
+            f"e{i}",
+            tuple(tokenizer(t.prompt).input_ids),
+            SamplingParams(budget, seed=i),
+            task_id=t.id,
+            group_id=f"g{i}",
+            sample_index=0,
+        )
+        for i, t in enumerate(tasks)
+    ]
+
+
+def test_turns_are_token_in_token_out_and_tool_tokens_are_context(model, tokenizer):
+    tasks = make_task("addition").sample("train", 3, seed=0)
+    engine = Recording(model, tokenizer, EngineConfig(max_concurrency=4))
+    runner = EpisodeRunner(engine, tokenizer, lambda: OneCall(), max_turns=3)
+    try:
+        samples = runner.run(_requests(tokenizer, tasks, budget=40), {t.id: t for t in tasks})
+    finally:
+        runner.close()
+    tool = encode(tokenizer, "[42]")
+    by_turn = {r.id: r for r in engine.added}
+    done = {s.request_id: s for s in engine.finished}
+    for i, s in enumerate(samples):
+        first, second = done[f"e{i}/turn0"], done[f"e{i}/turn1"]
+        # turn 1's prompt is the prompt, turn 0's tokens exactly as sampled, then the tool's tokens
+        assert by_turn[f"e{i}/turn1"].prompt_ids == s.prompt_ids + first.token_ids + tuple(tool)
+        assert by_turn[f"e{i}/turn1"].params.max_new_tokens == 40 - first.num_tokens  # what is left
+        assert s.token_ids == first.token_ids + tuple(tool) + second.token_ids
+        assert s.logprobs == first.logprobs + (0.0,) * len(tool) + second.logprobs
+        assert s.trained == (True,) * first.num_tokens + (False,) * len(tool) + (True,) * second.num_tokens
+        assert s.reward == 1.0 and sum(s.trained) <= 40  # one budget for the whole episode
+        batch = collate(
+            [s.prompt_ids], [s.token_ids], tokenizer.pad_token_id, [s.logprobs], train_mask=[s.trained]
+        )
+        assert int(batch.mask.sum()) == sum(s.trained)  # the loss sees the model's tokens only
+    assert runner.last_turns == [2, 2, 2]
+
+
+def test_a_failing_environment_ends_its_episode_with_reward_zero(model, tokenizer):
+    tasks = make_task("addition").sample("train", 2, seed=1)
+    runner = EpisodeRunner(HFEngine(model, tokenizer), tokenizer, lambda: OneCall(fail=True))
+    try:
+        samples = runner.run(_requests(tokenizer, tasks), {t.id: t for t in tasks})
+    finally:
+        runner.close()
+    assert [s.reward for s in samples] == [0.0, 0.0] and runner.env_errors == 2
+    assert all(s.token_ids and all(s.trained) for s in samples)  # the first turn is kept
+
+
+def test_a_history_past_the_context_ends_with_length(model, tokenizer):
+    tasks = make_task("addition").sample("train", 1, seed=2)
+    engine = HFEngine(model, tokenizer, EngineConfig(max_model_len=40))
+    runner = EpisodeRunner(
+        engine, tokenizer, lambda: OneCall(observation="9" * 60), max_observation_tokens=60
+    )
+    try:
+        (s,) = runner.run(_requests(tokenizer, tasks, budget=8), {t.id: t for t in tasks})
+    finally:
+        runner.close()
+    assert s.finish_reason == "length" and s.reward == 0.0 and not engine.has_unfinished()
+
+
+def test_calc_tool_trace_is_scored_on_its_final_answer():
+    source = make_task("calc", min_digits=3, max_digits=3)
+    (task,) = source.sample("train", 1, seed=0)
+    env = make_env("tools", source, tools=["schedrl.envs.calc:calc"], parser="compact")
+    a, b = task.prompt.removesuffix("=").split("*")
+
+    async def episode(final: str):
+        await env.reset(task, 0)
+        called = await env.step(f"<<calc {a}*{b}>>")
+        answered = await env.step(final)
+        return called, answered
+
+    called, answered = asyncio.run(episode(task.answer))
+    assert called.observation == Observation(f"[{int(a) * int(b)}]", "tool") and called.info == {
+        "tools": ["ok"]
+    }
+    assert answered.done and answered.reward == 1.0
+    assert asyncio.run(episode("123"))[1].reward == 0.0
+    assert source.reward(task, source.solution(task)) == 1.0 and env.stop_strings == (">>",)
+
+
+def test_synchronous_training_with_a_calculator_tool(tmp_path):
+    cfg = config_from_dict(
+        {
+            "task": {
+                "name": "calc",
+                "args": {"min_digits": 2, "max_digits": 2},
+                "env": "tools",
+                "env_args": {"tools": ["schedrl.envs.calc:calc"]},
+                "max_turns": 3,
+            },
+            "sampling": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 24},
+            "steps": 2,
+            "save_every": 0,
+            "sft": {"steps": 20},
+            "eval": {"tasks": 4, "k": 2},
+            "min_start_reward": 0.0,
+        }
+    )
+    run = RunDir.create(tmp_path, "calc")
+    result = train(cfg, run)
+    rows = [r for r in read_metrics(run.metrics_path) if "reward_mean" in r]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(
+        r.get("tool/ok", 0) + r.get("tool/unknown_tool", 0) + r.get("tool/malformed", 0) > 0 for r in rows
+    )
+    assert all(torch.isfinite(torch.tensor(r["loss"])) for r in rows) and rows[0]["turns_mean"] >= 1
+    assert "greedy_acc" in result["eval_after"]
