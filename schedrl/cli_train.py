@@ -171,6 +171,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from schedrl.engine import EngineConfig, HFEngine
     from schedrl.envs import make_task
     from schedrl.models import load_model_and_tokenizer
+    from schedrl.orchestrate.build import make_episodes
     from schedrl.orchestrate.evaluate import evaluate
     from schedrl.seeding import derive_seed
 
@@ -178,17 +179,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.set)
     model, tokenizer = load_model_and_tokenizer(args.model)
     engine = HFEngine(model, tokenizer, EngineConfig(max_concurrency=cfg.engine.max_concurrency))
+    source = make_task(cfg.task.name, **cfg.task.args)
+    episodes = make_episodes(cfg, engine, tokenizer, source)  # multi-turn tasks: episodes with their tools
     e = cfg.eval
-    result = evaluate(
-        engine,
-        tokenizer,
-        make_task(cfg.task.name, **cfg.task.args),
-        n_tasks=e.tasks,
-        k=e.k,
-        temperature=e.temperature,
-        max_new_tokens=cfg.sampling.max_new_tokens,
-        seed=derive_seed(cfg.seed, "eval"),
-    )
+    try:
+        result = evaluate(
+            engine,
+            tokenizer,
+            source,
+            n_tasks=e.tasks,
+            k=e.k,
+            temperature=e.temperature,
+            max_new_tokens=cfg.sampling.max_new_tokens,
+            seed=derive_seed(cfg.seed, "eval"),
+            episodes=episodes,
+        )
+    finally:
+        if episodes is not None:
+            episodes.close()
     table = Table(title=f"{cfg.task.name}: {e.tasks} held-out tasks")
     table.add_column("metric")
     table.add_column("value", justify="right")

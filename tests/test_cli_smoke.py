@@ -153,3 +153,29 @@ def test_async_run_resumes_after_sigkill_without_losing_or_repeating_a_sample(tm
     spent = issued - set(consumed) - left  # dropped whole as too stale: each is in the drop ledger
     assert all(any(d.startswith(f"{gid}/") for d in final["dropped"]) for gid in spent), "a group was lost"
     assert len(consumed) == 8 * SMALL["sampling"]["prompts_per_step"]
+
+
+def test_eval_of_a_tools_recipe_runs_its_episodes(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "schedrl.cli", "make-tiny", str(tmp_path / "tiny")],
+        check=True,
+        env=_env(),
+        capture_output=True,
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "schedrl.cli",
+        "eval",
+        str(ROOT / "examples" / "calc_tools.yaml"),
+        "--model",
+        str(tmp_path / "tiny"),
+        "--set",
+        "eval.tasks=4",
+        "--set",
+        "eval.k=2",
+    ]
+    out = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {"greedy_acc", "pass@1", "pass@2", "len_mean"} <= set(result)
