@@ -73,3 +73,25 @@ def test_load_environment_errors_name_the_path():
         load_environment("tests.test_environment:Countdown", bogus=1)
     with pytest.raises(ValueError, match=r"'tests.test_environment:Observation'.*is not an Environment"):
         load_environment("tests.test_environment:Observation", text="x")
+
+
+@pytest.mark.parametrize("env_name", ["single_turn", "tools"])
+def test_gymnasium_wrapper_passes_the_env_checker(env_name):
+    from gymnasium.utils.env_checker import check_env
+
+    from schedrl.envs import make_env
+    from schedrl.envs.gym_text import TextEnv
+
+    source = make_task("calc", min_digits=2, max_digits=2)
+    args = {"tools": ["schedrl.envs.calc:calc"]} if env_name == "tools" else {}
+    env = TextEnv(make_env(env_name, source, **args), source)
+    check_env(env, skip_render_check=True)
+    obs, info = env.reset(seed=3)
+    assert env.reset(seed=3) == (obs, info) and obs.endswith("=") and info["task_id"].startswith("calc-")
+    a, b = obs.removesuffix("=").split("*")
+    if env_name == "tools":
+        obs, reward, terminated, truncated, info = env.step(f"<<calc {a}*{b}>>")
+        assert (obs, reward, terminated, info) == (f"[{int(a) * int(b)}]", 0.0, False, {"tools": ["ok"]})
+    obs, reward, terminated, truncated, _ = env.step(str(int(a) * int(b)))
+    assert (obs, reward, terminated, truncated) == ("", 1.0, True, False)
+    env.close()
