@@ -107,5 +107,7 @@ def test_multi_turn_environments_run_in_the_synchronous_loop_for_now():
         config_from_dict({"task": tools, "pipeline": {"mode": "async"}})
     with pytest.raises(ConfigError, match="'task.max_turns' must be > 0"):
         config_from_dict({"task": {**tools, "max_turns": 0}})
-    with pytest.raises(ConfigError, match="'task.env' must be one of single_turn, tools or a dotted path"):
+    with pytest.raises(
+        ConfigError, match="'task.env' must be one of guess, single_turn, tools or a dotted path"
+    ):
         config_from_dict({"task": {"env": "chat"}})

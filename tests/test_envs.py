@@ -216,7 +216,17 @@ def test_make_task_errors() -> None:
         make_task("longtail", long_weight=-1)
     with pytest.raises(ValueError, match=r"'countdown'.*max_number"):
         make_task("countdown", max_number=10**7)
-    assert set(TASKS) == {"addition", "sort", "reverse", "countdown", "longtail", "file", "tiered", "calc"}
+    assert set(TASKS) == {
+        "addition",
+        "sort",
+        "reverse",
+        "countdown",
+        "longtail",
+        "file",
+        "tiered",
+        "calc",
+        "guess",
+    }
 
 
 # ---- user files --------------------------------------------------------------------------------

@@ -172,3 +172,23 @@ def test_synchronous_training_with_a_calculator_tool(tmp_path):
     )
     assert all(torch.isfinite(torch.tensor(r["loss"])) for r in rows) and rows[0]["turns_mean"] >= 1
     assert "greedy_acc" in result["eval_after"]
+
+
+def test_guess_game_answers_each_guess_and_binary_search_wins():
+    source = make_task("guess", high=63)
+    for task in source.sample("train", 5, seed=4):
+        env = make_env("guess", source, max_guesses=8)
+        transcript = source.solution(task)
+
+        async def play(moves, env=env, task=task):
+            await env.reset(task, 0)
+            return [await env.step(m) for m in moves]
+
+        moves = [g.strip("+-") + ";" for g in transcript.split(";")[:-1]]
+        results = asyncio.run(play(moves))
+        assert [r.observation.text for r in results[:-1]] == [c for c in transcript if c in "+-"]
+        assert results[-1].done and results[-1].reward == 1.0 and len(moves) <= 6  # ceil(log2(64))
+        assert source.reward(task, transcript) == 1.0
+        lost = asyncio.run(play(["x;"] + ["64;"] * 7))  # not a number, then always out of range
+        assert lost[0].observation == Observation("?", "env") and lost[-1].done and lost[-1].reward == 0.0
+    assert env.stop_strings == (";",)

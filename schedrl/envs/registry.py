@@ -13,6 +13,7 @@ from schedrl.envs.calc import CalcTask
 from schedrl.envs.countdown import CountdownTask
 from schedrl.envs.digits import ReverseDigitsTask, SortDigitsTask
 from schedrl.envs.environment import Environment, SingleTurnEnv
+from schedrl.envs.guess import GuessEnv, GuessTask
 from schedrl.envs.longtail import LongtailMix
 from schedrl.envs.tiered import TieredMix
 from schedrl.envs.tool_env import tool_env
@@ -29,6 +30,7 @@ for _name, _factory in (
     ("tiered", TieredMix),
     ("file", FileTask),
     ("calc", CalcTask),
+    ("guess", GuessTask),
 ):
     TASKS.add(_name, _factory)
 
@@ -37,6 +39,7 @@ for _name, _factory in (
 ENVIRONMENTS: Registry[Callable[..., Environment]] = Registry("environment")
 ENVIRONMENTS.add("single_turn", SingleTurnEnv, "the prompt, one completion, the task's reward")
 ENVIRONMENTS.add("tools", tool_env, "turns that call tools (env_args.tools) until one answers")
+ENVIRONMENTS.add("guess", GuessEnv, "the higher/lower game of the guess task: a guess per turn")
 
 
 def make_env(name: str, source: TaskSource, **kwargs: Any) -> Environment:
