@@ -94,12 +94,12 @@ def _eval_table(before: dict, after: dict) -> Table:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Train with a YAML recipe (or resume a run directory)."""
-    config = args.config
+    config, saved = args.config, False
     if args.resume and config is None:
         from schedrl.train.run_dir import RunDir
 
-        config = RunDir.open(args.resume).config_path
-    cfg = load_config(config, args.set)
+        config, saved = RunDir.open(args.resume).config_path, True
+    cfg = load_config(config, args.set, saved=saved)
     start = time.perf_counter()
     result = _train(cfg, args.resume)
     console.print(_eval_table(result["eval_before"], result["eval_after"]))

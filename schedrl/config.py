@@ -482,8 +482,29 @@ def config_from_dict(data: dict[str, Any] | None, overrides: Sequence[str] = ())
     return cfg
 
 
-def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> RunConfig:
-    """Load a YAML recipe (or the defaults when `path` is None) and apply overrides."""
+def migrate_saved(data: dict[str, Any]) -> dict[str, Any]:
+    """A run directory's saved config written before keys were replaced (`_MOVED`), in today's keys.
+
+    A saved config holds every field, defaults included, so its old keys are translated rather than
+    refused; a recipe a user writes gets the migration error instead."""
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    p = data.get("pipeline")
+    if isinstance(p, dict) and ("inflight_weight_updates" in p or "partial_rollouts" in p):
+        inflight, partial = p.pop("inflight_weight_updates", False), p.pop("partial_rollouts", False)
+        p.setdefault("weight_sync", "inflight" if inflight else "cut_resume" if partial else "drain")
+        p.setdefault("consumption", "partial" if partial else "wave")
+    for section, new in (("engine", "prefill_prompt_once"), ("optim", "forward_prompt_once")):
+        sec = data.get(section)
+        if isinstance(sec, dict) and "share_prompts" in sec:
+            sec.setdefault(new, sec.pop("share_prompts"))
+    return data
+
+
+def load_config(
+    path: str | Path | None = None, overrides: Sequence[str] = (), saved: bool = False
+) -> RunConfig:
+    """Load a YAML recipe (or the defaults when `path` is None) and apply overrides; `saved`: the file is
+    a run directory's own config.yaml, whose replaced keys are translated (`migrate_saved`)."""
     data: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
@@ -497,6 +518,8 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
             raise ConfigError(
                 f"config file {str(path)!r} must hold a mapping at the top, got {type(data).__name__}"
             )
+    if saved:
+        data = migrate_saved(data)
     try:
         return config_from_dict(data, overrides)
     except ConfigError as err:

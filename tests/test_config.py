@@ -1,4 +1,5 @@
 import pytest
+import yaml
 
 from schedrl.config import ConfigError, RunConfig, config_from_dict, config_to_dict, load_config
 
@@ -111,3 +112,20 @@ def test_multi_turn_environments_run_in_the_synchronous_loop_for_now():
         ConfigError, match="'task.env' must be one of guess, single_turn, tools or a dotted path"
     ):
         config_from_dict({"task": {"env": "chat"}})
+
+
+def test_a_saved_run_config_with_replaced_keys_still_loads(tmp_path):
+    """Run directories from before the keys were replaced hold them (every field is saved): resume works."""
+    old = config_to_dict(RunConfig())
+    old["pipeline"] |= {"inflight_weight_updates": False, "partial_rollouts": True}
+    del old["pipeline"]["weight_sync"], old["pipeline"]["consumption"]
+    old["engine"]["share_prompts"] = old["engine"].pop("prefill_prompt_once")
+    old["optim"]["share_prompts"] = False
+    del old["optim"]["forward_prompt_once"]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(old))
+    with pytest.raises(ConfigError, match="was replaced"):
+        load_config(path)
+    cfg = load_config(path, saved=True)
+    assert (cfg.pipeline.weight_sync, cfg.pipeline.consumption) == ("cut_resume", "partial")
+    assert cfg.engine.prefill_prompt_once and not cfg.optim.forward_prompt_once

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import torch
 
 from schedrl.config import config_from_dict
@@ -192,3 +193,20 @@ def test_guess_game_answers_each_guess_and_binary_search_wins():
         lost = asyncio.run(play(["x;"] + ["64;"] * 7))  # not a number, then always out of range
         assert lost[0].observation == Observation("?", "env") and lost[-1].done and lost[-1].reward == 0.0
     assert env.stop_strings == (";",)
+
+
+class WrongType(OneCall):
+    async def step(self, action: str):
+        return "not a StepResult"
+
+
+def test_an_environment_that_answers_wrongly_ends_its_episode(model, tokenizer):
+    tasks = make_task("addition").sample("train", 2, seed=5)
+    runner = EpisodeRunner(HFEngine(model, tokenizer), tokenizer, WrongType)
+    try:
+        samples = runner.run(_requests(tokenizer, tasks), {t.id: t for t in tasks})
+    finally:
+        runner.close()
+    assert [s.reward for s in samples] == [0.0, 0.0] and runner.env_errors == 2
+    with pytest.raises(RuntimeError, match="EpisodeRunner is closed"):
+        runner.run(_requests(tokenizer, tasks), {t.id: t for t in tasks})

@@ -92,3 +92,14 @@ def test_partial_takes_the_oldest_complete_groups_to_a_step_of_samples():
 def test_nothing_admitted_is_nothing_to_take(name):
     policy = CONSUMPTION.get(name)(budget=4)
     assert policy.take([_group("a", 0, 4, 0, admitted=False)]) is None
+
+
+def test_drain_never_pushes_older_weights_over_newer():
+    """v1 waits for a busy engine; the engine drains and v2 arrives before the next admission: v2 reaches
+    the engines and v1 is never pushed after it."""
+    fleet = FakeFleet(True)
+    drain = WEIGHT_SYNC.get("drain")()
+    drain.on_update(fleet, {"w": 1}, 1, lambda: None)
+    fleet.busy = False
+    drain.on_update(fleet, {"w": 2}, 2, lambda: None)
+    assert drain.admits(fleet) and fleet.calls == [("push", 2)]

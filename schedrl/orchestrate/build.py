@@ -6,6 +6,7 @@ schedule, RNG states, step); without one the run starts from the config.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 from dataclasses import dataclass, field
@@ -118,8 +119,10 @@ def make_episodes(cfg: RunConfig, engine: Engine, tokenizer: Any, source: TaskSo
     def new_env() -> Environment:
         return make_env(t.env, source, **t.env_args)
 
+    probe = new_env()  # for its stop strings
+    asyncio.run(probe.close())
     return EpisodeRunner(
-        engine, tokenizer, new_env, new_env().stop_strings, t.max_turns, t.max_observation_tokens
+        engine, tokenizer, new_env, probe.stop_strings, t.max_turns, t.max_observation_tokens
     )
 
 

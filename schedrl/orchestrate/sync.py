@@ -136,12 +136,12 @@ def train(
             run_pipeline(c, on_step)
         else:
             run_sync(c, on_step)
+        if "eval_after" not in c.state:  # resumed after the last step had been saved
+            c.state["eval_after"] = run_eval(c)
     finally:
         c.logger.close()
         if c.rollout is not None:
             c.rollout.close()
-    if "eval_after" not in c.state:  # resumed after the last step had been saved
-        c.state["eval_after"] = run_eval(c)
     plot_reward_curve(
         read_metrics(run.metrics_path), run.plot_path, title=f"{cfg.task.name}: reward per step"
     )

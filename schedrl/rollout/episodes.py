@@ -80,6 +80,9 @@ class EpisodeRunner:
             self._thread.join(timeout=5)
 
     def _submit(self, coro) -> concurrent.futures.Future:
+        if not self.loop.is_running():
+            coro.close()
+            raise RuntimeError("EpisodeRunner is closed: its environments' event loop has stopped")
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, requests: Sequence[Request], tasks: dict[str, Task]) -> list[Sample]:
@@ -99,13 +102,20 @@ class EpisodeRunner:
                 ready = list(done)
             for f in ready:
                 ep, kind = waiting.pop(f)
-                self._on_env(ep, kind, f, in_engine)
+                try:
+                    self._on_env(ep, kind, f, in_engine)
+                except Exception:  # a bad answer (wrong type, bad source, nothing to prompt with) ends it
+                    self.env_errors += 1
+                    ep.done, ep.reward = True, 0.0
             if in_engine:
                 for s in self.engine.step():
                     ep = in_engine.pop(s.request_id)
                     self._on_model_turn(ep, s, waiting)
         for ep in episodes.values():
-            self._submit(ep.env.close()).result()
+            try:
+                self._submit(ep.env.close()).result()
+            except Exception:  # a failing close must not lose the episodes
+                self.env_errors += 1
         self.last_turns = [
             len({t for t, m in zip(ep.ledger.turns, ep.ledger.trained, strict=True) if m})
             for ep in episodes.values()
@@ -121,10 +131,12 @@ class EpisodeRunner:
             ep.done, ep.reward = True, 0.0
             return
         if kind == "reset":
-            assert isinstance(out, Observation)
+            if not isinstance(out, Observation):
+                raise TypeError(f"reset returned {type(out).__name__}, not an Observation")
             ep.ledger.append_tokens(list(self.tokenizer(out.text).input_ids), "prompt")
         else:
-            assert isinstance(out, StepResult)
+            if not isinstance(out, StepResult):
+                raise TypeError(f"step returned {type(out).__name__}, not a StepResult")
             self.tool_counts.update(out.info.get("tools", ()))
             ep.reward += out.reward or 0.0
             if out.done or out.truncated or out.observation is None:

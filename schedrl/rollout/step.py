@@ -106,6 +106,11 @@ class StepRollout:
         assert self.episodes is not None
         samples = self.episodes.run(requests, tasks)
         kept = [s for s in samples if s.token_ids]  # an episode whose environment failed at reset has none
+        if not kept:
+            raise RuntimeError(
+                f"every one of the step's {len(samples)} episodes ended before the model's first token "
+                f"(environment errors so far: {self.episodes.env_errors}); check the environment's reset"
+            )
         turns = self.episodes.last_turns
         stats = {
             "env_errors": float(self.episodes.env_errors),

@@ -22,10 +22,9 @@ class Drain:
     off_policy = False
 
     def on_update(self, fleet: EngineFleet, weights: Any, version: int, resend: Callable[[], None]) -> None:
+        fleet.stage(weights, version)  # the newest weights replace any still waiting
         if fleet.idle:
-            fleet.push(weights, version)
-        else:
-            fleet.stage(weights, version)
+            fleet.flush()
 
     def admits(self, fleet: EngineFleet) -> bool:
         if fleet.idle:
