@@ -38,9 +38,9 @@ class TaskConfig:
     env: str = "single_turn"  # how an episode runs: single_turn, tools, or a dotted path to an environment
     env_args: dict[str, Any] = field(default_factory=dict)  # its arguments, e.g. {tools: ["pkg.mod:fn"]}
     max_turns: int = 4  # model turns per episode (multi-turn environments)
-    max_observation_tokens: int = (
-        256  # cap of each environment or tool answer, in tokens (head and tail kept)
-    )
+    # cap of each environment or tool answer, in tokens (head and tail kept)
+    max_observation_tokens: int = 256
+    env_timeout_s: float = 60.0  # an environment call (reset, step, close) past this ends its episode
 
 
 @dataclass
@@ -204,6 +204,7 @@ _POSITIVE = {
     "steps",
     "task.max_turns",
     "task.max_observation_tokens",
+    "task.env_timeout_s",
     "sampling.prompts_per_step",
     "sampling.group_size",
     "sampling.max_new_tokens",

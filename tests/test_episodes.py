@@ -210,3 +210,19 @@ def test_an_environment_that_answers_wrongly_ends_its_episode(model, tokenizer):
     assert [s.reward for s in samples] == [0.0, 0.0] and runner.env_errors == 2
     with pytest.raises(RuntimeError, match="EpisodeRunner is closed"):
         runner.run(_requests(tokenizer, tasks), {t.id: t for t in tasks})
+
+
+class Stalls(OneCall):
+    async def step(self, action: str):
+        await asyncio.sleep(30)  # a tool server that never answers
+        return StepResult(None, 1.0, done=True)
+
+
+def test_an_environment_past_its_timeout_ends_its_episode(model, tokenizer):
+    tasks = make_task("addition").sample("train", 2, seed=6)
+    runner = EpisodeRunner(HFEngine(model, tokenizer), tokenizer, Stalls, env_timeout_s=0.2)
+    try:
+        samples = runner.run(_requests(tokenizer, tasks), {t.id: t for t in tasks})
+    finally:
+        runner.close()
+    assert [s.reward for s in samples] == [0.0, 0.0] and runner.env_errors == 2

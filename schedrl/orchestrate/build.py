@@ -67,9 +67,8 @@ class Components:
     start_step: int | None  # None: nothing trained yet (SFT and the first eval come first)
     data: DataScheduler  # picks each step's tasks and group sizes
     state: dict[str, Any] = field(default_factory=dict)  # carried in checkpoints (e.g. eval_before)
-    rollout: StepRollout | None = (
-        None  # the synchronous loop's rollout (`build` sets it; the pipeline has none)
-    )
+    # the synchronous loop's rollout (`build` sets it; the pipeline has none)
+    rollout: StepRollout | None = None
 
 
 def sampling_params(cfg: RunConfig) -> SamplingParams:
@@ -122,7 +121,7 @@ def make_episodes(cfg: RunConfig, engine: Engine, tokenizer: Any, source: TaskSo
     probe = new_env()  # for its stop strings
     asyncio.run(probe.close())
     return EpisodeRunner(
-        engine, tokenizer, new_env, probe.stop_strings, t.max_turns, t.max_observation_tokens
+        engine, tokenizer, new_env, probe.stop_strings, t.max_turns, t.max_observation_tokens, t.env_timeout_s
     )
 
 

@@ -12,8 +12,9 @@ its next turn prefills its history again. Keeping the waiting episode's keys and
 admitting returns first (`priority`) need the engine to park and extend a request; they are not
 built yet.
 
-Bad input ends an episode, never the run: an environment that raises scores 0 and is counted
-(`env_errors`); a history that outgrows the engine's context ends with finish reason "length".
+Bad input ends an episode, never the run: an environment that raises, answers with the wrong type
+or takes longer than `env_timeout_s` scores 0 and is counted (`env_errors`); a history that
+outgrows the engine's context ends with finish reason "length".
 """
 
 from __future__ import annotations
@@ -62,9 +63,13 @@ class EpisodeRunner:
         stop: Sequence[str] = (),
         max_turns: int = 4,
         max_observation_tokens: int = 256,
+        env_timeout_s: float = 60.0,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"EpisodeRunner.max_turns must be >= 1, got {max_turns!r}")
+        if env_timeout_s <= 0:
+            raise ValueError(f"EpisodeRunner.env_timeout_s must be > 0, got {env_timeout_s!r}")
+        self.env_timeout_s = env_timeout_s  # a reset, step or close past this ends its episode, counted
         self.engine, self.tokenizer, self.make_env = engine, tokenizer, make_env
         self.stop, self.max_turns, self.max_obs = tuple(stop), max_turns, max_observation_tokens
         self.env_errors = 0
@@ -80,10 +85,11 @@ class EpisodeRunner:
             self._thread.join(timeout=5)
 
     def _submit(self, coro) -> concurrent.futures.Future:
+        """Run an environment call on the loop, under `env_timeout_s`."""
         if not self.loop.is_running():
             coro.close()
             raise RuntimeError("EpisodeRunner is closed: its environments' event loop has stopped")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, self.env_timeout_s), self.loop)
 
     def run(self, requests: Sequence[Request], tasks: dict[str, Task]) -> list[Sample]:
         """One episode per request (its task from `tasks`); the samples come back in request order, each
