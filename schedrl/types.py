@@ -140,23 +140,28 @@ class Sample:
     def num_tokens(self) -> int:
         return len(self.token_ids)
 
+    @property
+    def num_model_tokens(self) -> int:
+        """Tokens the policy generated (a multi-turn sample's tool and environment tokens left out)."""
+        return sum(self.trained) if self.trained is not None else len(self.token_ids)
+
     def with_reward(self, reward: float) -> Sample:
         return replace(self, reward=reward)
 
 
+def _required(x: Request | Sample, field: str) -> str:
+    value = getattr(x, field)
+    if value is None:
+        name = x.id if isinstance(x, Request) else x.request_id
+        raise ValueError(f"{type(x).__name__} {name!r} has no {field}")
+    return value
+
+
 def group_of(x: Request | Sample) -> str:
     """The group id of a training request or sample; every one carries it (`group_requests` sets it)."""
-    if x.group_id is None:
-        raise ValueError(
-            f"{type(x).__name__} {getattr(x, 'id', None) or getattr(x, 'request_id', '')!r} has no group_id"
-        )
-    return x.group_id
+    return _required(x, "group_id")
 
 
 def task_of(x: Request | Sample) -> str:
     """The task id of a training request or sample; every one carries it (`group_requests` sets it)."""
-    if x.task_id is None:
-        raise ValueError(
-            f"{type(x).__name__} {getattr(x, 'id', None) or getattr(x, 'request_id', '')!r} has no task_id"
-        )
-    return x.task_id
+    return _required(x, "task_id")

@@ -14,6 +14,7 @@ environment never sees or rewrites earlier tokens. A single-turn task is the one
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -87,13 +88,17 @@ def load_environment(path: str, **kwargs: Any) -> Environment:
 
     A path that does not import, or names something that is not an environment, is a `ValueError`
     naming the path."""
-    factory = load_object(path, "environment")
+    return build_environment(path, load_object(path, "environment"), **kwargs)
+
+
+def build_environment(name: str, factory: Callable[..., Any], *args: Any, **kwargs: Any) -> Environment:
+    """`factory(*args, **kwargs)`, checked to be an `Environment`; errors name `name` and the arguments."""
     try:
-        env = factory(**kwargs)
+        env = factory(*args, **kwargs)
     except TypeError as err:
-        raise ValueError(f"environment {path!r}: cannot build it with {sorted(kwargs)}: {err}") from err
+        raise ValueError(f"environment {name!r}: cannot build it with {sorted(kwargs)}: {err}") from err
     if not isinstance(env, Environment):
         raise ValueError(
-            f"environment {path!r}: {type(env).__name__} is not an Environment (async reset, step and close)"
+            f"environment {name!r}: {type(env).__name__} is not an Environment (async reset, step and close)"
         )
     return env

@@ -12,7 +12,7 @@ from schedrl.envs.base import TaskSource
 from schedrl.envs.calc import CalcTask
 from schedrl.envs.countdown import CountdownTask
 from schedrl.envs.digits import ReverseDigitsTask, SortDigitsTask
-from schedrl.envs.environment import Environment, SingleTurnEnv
+from schedrl.envs.environment import Environment, SingleTurnEnv, build_environment
 from schedrl.envs.guess import GuessEnv, GuessTask
 from schedrl.envs.longtail import LongtailMix
 from schedrl.envs.tiered import TieredMix
@@ -45,17 +45,7 @@ ENVIRONMENTS.add("guess", GuessEnv, "the higher/lower game of the guess task: a 
 def make_env(name: str, source: TaskSource, **kwargs: Any) -> Environment:
     """The environment registered as `name`, or a dotted path to a class or factory, built on `source`."""
     factory = ENVIRONMENTS.get(name) if ":" not in name else load_object(name, "environment")
-    try:
-        env = factory(source, **kwargs)
-    except TypeError as err:
-        raise ValueError(
-            f"environment {name!r}: cannot build it with env_args {sorted(kwargs)}: {err}"
-        ) from err
-    if not isinstance(env, Environment):
-        raise ValueError(
-            f"environment {name!r}: {type(env).__name__} is not an Environment (async reset, step, close)"
-        )
-    return env
+    return build_environment(name, factory, source, **kwargs)
 
 
 def make_task(name: str, **kwargs: Any) -> TaskSource:

@@ -58,7 +58,7 @@ def evaluate(
     params = SamplingParams(max_new_tokens, temperature=temperature)
     sampled, rewards = play(group_requests(tasks, tokenizer, params, k, seed=seed, step=0, tag="eval"))
     per_task = [rewards[i * k : (i + 1) * k] for i in range(len(tasks))]
-    lengths = [sum(s.trained) if s.trained is not None else s.num_tokens for s in sampled]  # model tokens
+    lengths = [s.num_model_tokens for s in sampled]
     out = summarize_eval(per_task, lengths, k)
     return {"greedy_acc": greedy_acc, **out}
 

@@ -130,16 +130,12 @@ class Pipeline:
             out += g.to_send()
         self.fleet.send(out)
 
+    def _resend(self, groups) -> None:
+        """Send every request of `groups` that is neither done nor in an engine (cut ones from their prefix)."""
+        self.fleet.send([r for g in groups for r in g.to_send() if r.id not in self.fleet.in_engine])
+
     def _resend_cut(self) -> None:
-        self.fleet.send(
-            [
-                r
-                for g in self.groups.values()
-                if g.admitted and not g.complete
-                for r in g.to_send()
-                if r.id not in self.fleet.in_engine
-            ]
-        )
+        self._resend(g for g in self.groups.values() if g.admitted and not g.complete)
 
     # ---- engine results ---------------------------------------------------------------------
     def _on_samples(self, samples: list[Sample]) -> None:
@@ -155,8 +151,7 @@ class Pipeline:
 
     def _on_restart(self, index: int, group_ids: set[str]) -> None:
         """Engine `index` was replaced: send every request of the groups it held that is not in an engine."""
-        sent = self.fleet.in_engine
-        self.fleet.send([r for gid in group_ids for r in self.groups[gid].to_send() if r.id not in sent])
+        self._resend(self.groups[gid] for gid in group_ids)
 
     # ---- consumption ------------------------------------------------------------------------
     def _purge_stale(self, update: int) -> None:

@@ -38,9 +38,7 @@ def rollout_metrics(
     spread = torch.zeros(n_groups).scatter_reduce(0, groups, rewards, "amax", include_self=False)
     spread -= torch.zeros(n_groups).scatter_reduce(0, groups, rewards, "amin", include_self=False)
     # model tokens only: a multi-turn sample's tool and environment tokens are context
-    lengths = torch.tensor(
-        [sum(s.trained) if s.trained is not None else s.num_tokens for s in samples], dtype=torch.float
-    )
+    lengths = torch.tensor([s.num_model_tokens for s in samples], dtype=torch.float)
     return {
         "reward_mean": float(rewards.mean()),
         "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,

@@ -33,7 +33,7 @@ from schedrl.envs.environment import Environment, Observation, StepResult
 from schedrl.envs.ledger import TokenLedger
 from schedrl.envs.tools import clip_tokens
 from schedrl.seeding import derive_seed
-from schedrl.types import FinishReason, Request, Sample
+from schedrl.types import FinishReason, Request, Sample, task_of
 
 
 @dataclass
@@ -94,7 +94,7 @@ class EpisodeRunner:
     def run(self, requests: Sequence[Request], tasks: dict[str, Task]) -> list[Sample]:
         """One episode per request (its task from `tasks`); the samples come back in request order, each
         with its reward, its ledger's completion and the trained mask of its tokens."""
-        episodes = {r.id: _Episode(r, tasks[_task_id(r)], self.make_env()) for r in requests}
+        episodes = {r.id: _Episode(r, tasks[task_of(r)], self.make_env()) for r in requests}
         waiting: dict[concurrent.futures.Future, tuple[_Episode, str]] = {}  # env futures -> (episode, kind)
         for ep in episodes.values():
             waiting[self._submit(ep.env.reset(ep.task, ep.request.params.seed or 0))] = (ep, "reset")
@@ -206,9 +206,3 @@ class EpisodeRunner:
             reward=ep.reward,
             trained=tuple(trained),
         )
-
-
-def _task_id(r: Request) -> str:
-    if r.task_id is None:
-        raise ValueError(f"request {r.id!r} has no task_id: an episode needs its task")
-    return r.task_id
