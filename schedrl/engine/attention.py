@@ -2,11 +2,14 @@
 
 One engine step runs one forward over a packed sequence (1, N) holding every
 running request's new tokens: one token per decoding request, the whole prompt
-(plus any resumed prefix) of a newly admitted one. Each request owns a slot in a
-preallocated cache of shape (slots, kv_heads, max_len, head_dim) per layer.
+(plus any resumed prefix) of a newly admitted one, the appended tokens of a request
+that extends a parked one (a tool's answer after a pinned turn). Each request owns a
+slot in a preallocated cache of shape (slots, kv_heads, max_len, head_dim) per layer.
 This function writes the step's keys and values into the slots, then attends in
-two groups: single-token rows against their slots' cached keys in one batched
-call, and multi-token (prefill) rows with a causal mask. No HF `Cache` object is
+three groups: single-token rows against their slots' cached keys in one batched
+call, multi-token (prefill) rows from position 0 with a causal mask over this
+step's keys, and extension rows (several tokens after a cached history) against
+their slots' cache with a causal mask offset by the history. No HF `Cache` object is
 involved, so any HF decoder whose attention goes through `ALL_ATTENTION_FUNCTIONS`
 (Llama, Qwen2, Mistral, ...) runs unchanged.
 """
@@ -41,6 +44,13 @@ class StepLayout:
     copy_dst: torch.Tensor | None = None  # slots of rows left out of this forward: twins of another row ...
     copy_src: torch.Tensor | None = None  # ... the slots whose first `copy_len` cached positions they copy
     copy_len: int = 0
+    ext_tok: torch.Tensor | None = None  # (Be, Lq) packed indices of extension rows, padded
+    ext_slot: torch.Tensor | None = None  # (Be,) their slots
+    ext_src: torch.Tensor | None = None  # real query positions in the flattened (Be * Lq) block ...
+    ext_dst: torch.Tensor | None = None  # ... and the packed index each one writes back to
+    ext_mask: torch.Tensor | None = (
+        None  # (Be, 1, Lq, Lk) additive mask: a query sees keys up to its position
+    )
 
 
 def _attend(
@@ -87,6 +97,13 @@ def packed_attention(module, query, key, value, attention_mask=None, scaling=Non
         kp, vp = key[0][:, layout.pre_tok].transpose(0, 1), value[0][:, layout.pre_tok].transpose(0, 1)
         o = _attend(qp, kp, vp, layout.pre_mask, scaling)
         out[layout.pre_dst] = o.transpose(1, 2).reshape(-1, *o.shape[1:2], o.shape[3])[layout.pre_src]
+    if layout.ext_tok is not None and layout.ext_mask is not None:
+        # Tokens after a cached history: their keys were just written into the slot beside the history's.
+        length = layout.ext_mask.shape[-1]
+        qe = q[layout.ext_tok].transpose(1, 2)  # (Be, H, Lq, D)
+        ke, ve = kc[layout.ext_slot, :, :length], vc[layout.ext_slot, :, :length]
+        o = _attend(qe, ke, ve, layout.ext_mask, scaling)
+        out[layout.ext_dst] = o.transpose(1, 2).reshape(-1, *o.shape[1:2], o.shape[3])[layout.ext_src]
     return out.unsqueeze(0), None
 
 

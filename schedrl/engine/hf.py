@@ -6,6 +6,15 @@ request's new tokens (batched prefill for new requests, one token for the rest),
 and samples one token per request. Requests leave the batch the step they
 finish, and their slot is reused by the next admission.
 
+Parking (the `pin` tool-wait policy): a request with `keep_kv_s > 0` that finishes
+keeps its slot, and the keys and values in it, for that many seconds. A request
+whose `continues` names it and whose prompt extends its tokens (the history plus a
+tool's answer) takes the slot back and prefills only the appended tokens. A parked
+slot is given up when its time runs out, when `evict(id)` is called, or when an
+admission needs a slot and none is free (the one closest to its expiry goes
+first); a continuation of an evicted request prefills its whole prompt. Weight
+updates keep parked keys and values, as they keep running ones.
+
 Why not `transformers`' own continuous batching (`generate_batch`,
 `ContinuousBatchingManager`): it runs its loop in a background thread and owns
 its scheduler, and it has no policy-version tag per token, no weight swap with
@@ -66,6 +75,7 @@ class _Seq:
     seed: int = 0  # the request's seed, or one the engine drew for it
     n_cached: int = 0  # tokens of prompt + output whose keys/values are in the slot
     ids: list[int] = field(default_factory=list)  # prompt + output
+    expires: float = 0.0  # parked: when its slot is given up
 
     def pending(self) -> list[int]:
         return self.ids[self.n_cached :]
@@ -96,8 +106,10 @@ class HFEngine:
         on_token: TokenCallback | None = None,
         on_finish: FinishCallback | None = None,
         version: int = 0,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.config = config or EngineConfig()
+        self.clock = clock  # stamps timings and parking deadlines (a virtual clock in simulations)
         self.tokenizer = tokenizer
         # The engine owns a copy: its attention is swapped for the packed kernel.
         self.model = copy.deepcopy(model).eval()
@@ -118,10 +130,14 @@ class HFEngine:
         self._waiting: list[Request] = []
         self._arrival: dict[str, float] = {}
         self._running: dict[str, _Seq] = {}
+        self._parked: dict[str, _Seq] = {}  # finished requests that keep their slot for a continuation
         self._free_slots = list(range(self.config.max_concurrency))  # a min-heap: lowest slot first
         self.num_steps = 0
         self.num_generated = 0
         self.num_shared_prefill = 0  # prompt tokens not recomputed: copied from a twin admitted with them
+        self.num_prefill_tokens = 0  # tokens computed in multi-token rows (prompts, resumes, extensions)
+        self.num_reused = 0  # tokens not recomputed because a continuation took its parked slot back
+        self.num_evicted = 0  # parked slots given up before their continuation came
 
     def _alloc_cache(self, mc) -> None:
         heads = mc.num_attention_heads
@@ -142,6 +158,13 @@ class HFEngine:
     def add(self, request: Request) -> None:
         if request.id in self._arrival:
             raise ValueError(f"request id {request.id!r} is already in the engine")
+        if request.continues is not None and request.continues in self._parked:
+            held = self._parked[request.continues].ids
+            if request.prefix_ids or tuple(request.prompt_ids[: len(held)]) != tuple(held):
+                raise ValueError(
+                    f"request {request.id!r} continues {request.continues!r} but its prompt does not "
+                    f"start with that request's {len(held)} tokens"
+                )
         n = request.num_prefill_tokens
         if n >= self.max_model_len:
             raise ValueError(
@@ -154,7 +177,7 @@ class HFEngine:
                 f"{self.config.max_batched_tokens}"
             )
         self._waiting.append(request)
-        self._arrival[request.id] = time.perf_counter()
+        self._arrival[request.id] = self.clock()
 
     def abort(self, request_id: str) -> Sample:
         for i, req in enumerate(self._waiting):
@@ -176,6 +199,19 @@ class HFEngine:
 
     def has_unfinished(self) -> bool:
         return bool(self._waiting or self._running)
+
+    def evict(self, request_id: str) -> bool:
+        """Give up a parked request's slot; False if it was not parked (never, or already evicted)."""
+        seq = self._parked.pop(request_id, None)
+        if seq is None:
+            return False
+        heapq.heappush(self._free_slots, seq.slot)
+        return True
+
+    @property
+    def parked_ids(self) -> list[str]:
+        """Finished requests whose keys and values are kept for a continuation."""
+        return list(self._parked)
 
     @property
     def waiting_ids(self) -> list[str]:
@@ -208,46 +244,69 @@ class HFEngine:
 
     # ---- one step --------------------------------------------------------------------------
     def _admit(self) -> None:
-        if not self._waiting or not self._free_slots:
+        now = self.clock()
+        for rid in [r for r, seq in self._parked.items() if seq.expires <= now]:
+            self.evict(rid)
+            self.num_evicted += 1
+        if not self._waiting:
             return
         budget = self.config.max_batched_tokens - len(self._running)
-        chosen = self.admission.select(
-            self._waiting,
-            free_slots=len(self._free_slots),
-            token_budget=budget,
-            num_running=len(self._running),
-        )
-        now = time.perf_counter()
+        # A continuation whose slot is parked goes first: the slot is already its own.
         taken = set()
-        for i in chosen:
-            req = self._waiting[i]
-            cost = req.num_prefill_tokens
-            if not self._free_slots or i in taken or (cost > budget and self._running):
-                break
-            budget -= cost
-            taken.add(i)
-            seq = _Seq(
-                req,
-                heapq.heappop(self._free_slots),
-                list(req.prefix_ids),
-                list(req.prefix_logprobs),
-                list(req.prefix_versions),
-                Timings(arrival=self._arrival[req.id], admitted=now),
+        for i, req in enumerate(self._waiting):
+            held = self._parked.get(req.continues) if req.continues is not None else None
+            if held is not None and len(req.prompt_ids) - held.n_cached <= budget:
+                budget -= len(req.prompt_ids) - held.n_cached
+                taken.add(i)
+                self._start(req, now, held)
+        fresh = [i for i in range(len(self._waiting)) if i not in taken]
+        if fresh and (self._free_slots or self._parked):
+            waiting = [self._waiting[i] for i in fresh]
+            chosen = self.admission.select(
+                waiting,
+                free_slots=len(self._free_slots) + len(self._parked),
+                token_budget=budget,
+                num_running=len(self._running),
             )
-            seq.ids = list(req.prompt_ids) + seq.tokens
-            seq.seed = req.params.seed if req.params.seed is not None else self._draw_seed()
-            self._running[req.id] = seq
+            for j in chosen:
+                req = waiting[j]
+                cost = req.num_prefill_tokens
+                if fresh[j] in taken or (cost > budget and self._running):
+                    break
+                if not self._free_slots:  # an admission needs a slot: the parked one expiring first goes
+                    if not self._parked:
+                        break
+                    self.evict(min(self._parked, key=lambda r: self._parked[r].expires))
+                    self.num_evicted += 1
+                budget -= cost
+                taken.add(fresh[j])
+                self._start(req, now)
         if taken == set(range(len(taken))):  # the usual case: a prefix of the queue
             del self._waiting[: len(taken)]
         else:
             self._waiting = [r for i, r in enumerate(self._waiting) if i not in taken]
+
+    def _start(self, req: Request, now: float, held: _Seq | None = None) -> None:
+        timings = Timings(arrival=self._arrival[req.id], admitted=now)
+        if held is not None:  # the parked slot's keys and values cover the continuation's prompt head
+            del self._parked[held.request.id]
+            seq = _Seq(req, held.slot, [], [], [], timings, n_cached=held.n_cached)
+            self.num_reused += held.n_cached
+        else:
+            slot = heapq.heappop(self._free_slots)
+            seq = _Seq(
+                req, slot, list(req.prefix_ids), list(req.prefix_logprobs), list(req.prefix_versions), timings
+            )
+        seq.ids = list(req.prompt_ids) + seq.tokens
+        seq.seed = req.params.seed if req.params.seed is not None else self._draw_seed()
+        self._running[req.id] = seq
 
     def _draw_seed(self) -> int:
         return int(torch.randint(0, 2**62, (1,), generator=self._generator))
 
     def _layout(self, seqs: Sequence[_Seq]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, StepLayout]:
         ids, pos, slots, last = [], [], [], []
-        dec_tok, dec_slot, dec_pos, pre_rows = [], [], [], []
+        dec_tok, dec_slot, dec_pos, pre_rows, ext_rows = [], [], [], [], []
         first: dict[tuple[int, ...], int] = {}  # the tokens of a fresh multi-token row -> its index in seqs
         copies: list[tuple[int, int, int]] = []  # (slot, slot it copies, tokens): twins of an earlier row
         for r, seq in enumerate(seqs):
@@ -267,7 +326,9 @@ class HFEngine:
                 dec_tok.append(start)
                 dec_slot.append(seq.slot)
                 dec_pos.append(seq.n_cached)
-            else:  # only a newly admitted request has more than one pending token
+            elif seq.n_cached:  # a continuation of a parked request: its appended tokens
+                ext_rows.append((start, len(new), seq.slot, seq.n_cached))
+            else:  # a newly admitted request: its prompt (and any resumed prefix)
                 pre_rows.append((start, len(new)))
         dev = self.device
         layout = StepLayout(self._cache, torch.tensor(slots, device=dev), torch.tensor(pos, device=dev))
@@ -299,6 +360,21 @@ class HFEngine:
             layout.pre_mask = _additive(offs[None, :] <= offs[:, None], mask_dtype)[
                 None, None
             ]  # (1, 1, Lq, Lq)
+        if ext_rows:
+            lq = max(n for _, n, _, _ in ext_rows)
+            tok, src, dst, qpos = [], [], [], []
+            for r, (start, n, _, cached) in enumerate(ext_rows):
+                tok += [*range(start, start + n), *[start] * (lq - n)]
+                src += range(r * lq, r * lq + n)
+                dst += range(start, start + n)
+                qpos.append([*range(cached, cached + n), *[cached] * (lq - n)])
+            layout.ext_tok = torch.tensor(tok, device=dev).view(len(ext_rows), lq)
+            layout.ext_slot = torch.tensor([s for _, _, s, _ in ext_rows], device=dev)
+            layout.ext_src, layout.ext_dst = torch.tensor(src, device=dev), torch.tensor(dst, device=dev)
+            keys = torch.arange(max(c + n for _, n, _, c in ext_rows), device=dev)
+            allowed = keys[None, None, :] <= torch.tensor(qpos, device=dev)[:, :, None]  # (Be, Lq, Lk)
+            layout.ext_mask = _additive(allowed, mask_dtype)[:, None]
+        self.num_prefill_tokens += sum(n for _, n in pre_rows) + sum(n for _, n, _, _ in ext_rows)
         if copies:
             layout.copy_dst = torch.tensor([d for d, _, _ in copies], device=dev)
             layout.copy_src = torch.tensor([s for _, s, _ in copies], device=dev)
@@ -332,7 +408,7 @@ class HFEngine:
         tokens, logprobs = sample_tokens(
             logits, [s.request.params for s in seqs], [s.seed for s in seqs], [len(s.tokens) for s in seqs]
         )
-        now = time.perf_counter()
+        now = self.clock()
         finished = []
         for seq, tok, lp in zip(seqs, tokens.tolist(), logprobs.tolist(), strict=True):
             seq.n_cached = len(seq.ids)
@@ -366,8 +442,12 @@ class HFEngine:
 
     def _finish(self, seq: _Seq, reason: FinishReason) -> Sample:
         del self._running[seq.request.id]
-        heapq.heappush(self._free_slots, seq.slot)
-        seq.timings.finished = time.perf_counter()
+        seq.timings.finished = self.clock()
+        if seq.request.keep_kv_s > 0 and reason != "aborted":
+            seq.expires = seq.timings.finished + seq.request.keep_kv_s
+            self._parked[seq.request.id] = seq
+        else:
+            heapq.heappush(self._free_slots, seq.slot)
         return self._sample(seq.request, seq.tokens, seq.logprobs, seq.versions, reason, seq.timings)
 
     def _sample(self, req, tokens, logprobs, versions, reason, timings) -> Sample:
