@@ -41,6 +41,10 @@ class TaskConfig:
     # cap of each environment or tool answer, in tokens (head and tail kept)
     max_observation_tokens: int = 256
     env_timeout_s: float = 60.0  # an environment call (reset, step, close) past this ends its episode
+    max_turn_tokens: int | None = None  # budget of one model turn; None: what is left of max_new_tokens
+    # what a trajectory holds while it waits on its environment: release, pin, priority or lockstep
+    tool_wait: str = "release"
+    tool_wait_args: dict[str, Any] = field(default_factory=dict)  # its arguments, e.g. {quantile: 0.9}
 
 
 @dataclass
@@ -396,6 +400,16 @@ def _validate_rollout(cfg: RunConfig) -> None:
         raise ConfigError(
             f"config field 'rollout.prune_check_tokens' must be > 0, got {r.prune_check_tokens!r}"
         )
+    if cfg.task.max_turn_tokens is not None and cfg.task.max_turn_tokens <= 0:
+        raise ConfigError(
+            f"config field 'task.max_turn_tokens' must be > 0, got {cfg.task.max_turn_tokens!r}"
+        )
+    from schedrl.rollout.tool_wait import make_tool_wait
+
+    try:
+        make_tool_wait(cfg.task.tool_wait, **cfg.task.tool_wait_args)
+    except ValueError as e:
+        raise ConfigError(f"config field 'task.tool_wait': {e}") from None
     on = [f"rollout.{n}" for n in ("speculative", "prune_keep") if getattr(r, n)]
     if cfg.task.env != "single_turn" and (on or cfg.pipeline.mode == "async"):
         what = on[0] if on else "pipeline.mode 'async'"

@@ -73,7 +73,8 @@ def test_many_continuations_of_different_lengths_in_one_step_beside_decoding_row
     firsts = run_first(engine, tokenizer, prompts)
     tools = ["=1", "=123456789;", "=ok;" * 5]
     conts = [
-        continuation(tokenizer, f, f.request_id, t, f"c{i}") for i, (f, t) in enumerate(zip(firsts, tools))
+        continuation(tokenizer, f, f.request_id, t, f"c{i}")
+        for i, (f, t) in enumerate(zip(firsts, tools, strict=True))
     ]
     decoding = turn(tokenizer, "d", tokenizer("rev:0123=").input_ids, max_new_tokens=12)
     engine.add(decoding)

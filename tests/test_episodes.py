@@ -146,7 +146,8 @@ def test_calc_tool_trace_is_scored_on_its_final_answer():
     assert source.reward(task, source.solution(task)) == 1.0 and env.stop_strings == (">>",)
 
 
-def test_synchronous_training_with_a_calculator_tool(tmp_path):
+@pytest.mark.parametrize("tool_wait", ["release", "pin"])
+def test_synchronous_training_with_a_calculator_tool(tmp_path, tool_wait):
     cfg = config_from_dict(
         {
             "task": {
@@ -155,6 +156,8 @@ def test_synchronous_training_with_a_calculator_tool(tmp_path):
                 "env": "tools",
                 "env_args": {"tools": ["schedrl.envs.calc:calc"]},
                 "max_turns": 3,
+                "tool_wait": tool_wait,
+                "tool_wait_args": {"priority": "progress"} if tool_wait == "pin" else {},
             },
             "sampling": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 24},
             "steps": 2,
@@ -173,6 +176,8 @@ def test_synchronous_training_with_a_calculator_tool(tmp_path):
     )
     assert all(torch.isfinite(torch.tensor(r["loss"])) for r in rows) and rows[0]["turns_mean"] >= 1
     assert "greedy_acc" in result["eval_after"]
+    reused = sum(r["kv_reused_tokens"] for r in rows)
+    assert reused > 0 if tool_wait == "pin" else reused == 0
 
 
 def test_guess_game_answers_each_guess_and_binary_search_wins():

@@ -6,7 +6,7 @@ from schedrl.engine.admission import (
     Priority,
     StaticBatch,
 )
-from schedrl.engine.base import Engine
+from schedrl.engine.base import Engine, ParkingEngine, StepStats
 from schedrl.engine.hf import EngineConfig, HFEngine
 
 __all__ = [
@@ -15,6 +15,8 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "HFEngine",
+    "ParkingEngine",
+    "StepStats",
     "Priority",
     "StaticBatch",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -11,6 +12,15 @@ from schedrl.types import Request, Sample
 
 TokenCallback = Callable[[str, int, float, int], None]  # (request_id, token_id, logprob, version)
 FinishCallback = Callable[[Sample], None]
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """The work of one engine step: what a cost model of the step needs."""
+
+    decode_rows: int = 0  # requests that sampled from one new token
+    prefill_tokens: int = 0  # tokens computed in multi-token rows (prompts, resumes, extensions)
+    context_tokens: int = 0  # keys attended, summed over rows
 
 
 @runtime_checkable
@@ -79,3 +89,23 @@ class Engine(Protocol):
 
     @property
     def num_running(self) -> int: ...
+
+
+@runtime_checkable
+class ParkingEngine(Engine, Protocol):
+    """An engine that can keep a finished request's keys and values for a continuation.
+
+    A request with `keep_kv_s > 0` parks its slot when it finishes; a request whose `continues`
+    names it and whose prompt extends its tokens prefills only the new tokens. `evict` gives a
+    parked slot up; the engine also gives it up past its time or when an admission needs it.
+    """
+
+    last_step: StepStats  # the work of the last step (for cost models and virtual clocks)
+
+    def evict(self, request_id: str) -> bool: ...
+
+    @property
+    def parked_ids(self) -> list[str]: ...
+
+    @property
+    def num_cached_tokens(self) -> int: ...

@@ -37,7 +37,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from schedrl.engine.admission import FCFS, AdmissionPolicy
 from schedrl.engine.attention import ATTN_NAME, LAYOUT_KWARG, StepLayout
-from schedrl.engine.base import FinishCallback, TokenCallback
+from schedrl.engine.base import FinishCallback, StepStats, TokenCallback
 from schedrl.engine.sampling import sample_tokens
 from schedrl.types import FinishReason, Request, Sample, Timings
 
@@ -138,6 +138,7 @@ class HFEngine:
         self.num_prefill_tokens = 0  # tokens computed in multi-token rows (prompts, resumes, extensions)
         self.num_reused = 0  # tokens not recomputed because a continuation took its parked slot back
         self.num_evicted = 0  # parked slots given up before their continuation came
+        self.last_step = StepStats()
 
     def _alloc_cache(self, mc) -> None:
         heads = mc.num_attention_heads
@@ -207,6 +208,11 @@ class HFEngine:
             return False
         heapq.heappush(self._free_slots, seq.slot)
         return True
+
+    @property
+    def num_cached_tokens(self) -> int:
+        """Tokens whose keys and values the engine holds: running and parked requests (memory in use)."""
+        return sum(len(s.ids) for s in (*self._running.values(), *self._parked.values()))
 
     @property
     def parked_ids(self) -> list[str]:
@@ -374,7 +380,9 @@ class HFEngine:
             keys = torch.arange(max(c + n for _, n, _, c in ext_rows), device=dev)
             allowed = keys[None, None, :] <= torch.tensor(qpos, device=dev)[:, :, None]  # (Be, Lq, Lk)
             layout.ext_mask = _additive(allowed, mask_dtype)[:, None]
-        self.num_prefill_tokens += sum(n for _, n in pre_rows) + sum(n for _, n, _, _ in ext_rows)
+        prefill = sum(n for _, n in pre_rows) + sum(n for _, n, _, _ in ext_rows)
+        self.num_prefill_tokens += prefill
+        self.last_step = StepStats(len(dec_tok), prefill, sum(s.n_cached + len(s.pending()) for s in seqs))
         if copies:
             layout.copy_dst = torch.tensor([d for d, _, _ in copies], device=dev)
             layout.copy_src = torch.tensor([s for _, s, _ in copies], device=dev)

@@ -27,6 +27,7 @@ from schedrl.models.tiny import TinyModelConfig
 from schedrl.rollout.episodes import EpisodeRunner
 from schedrl.rollout.registry import make_admission
 from schedrl.rollout.step import StepRollout
+from schedrl.rollout.tool_wait import ToolWaitPolicy, make_tool_wait
 from schedrl.train.checkpoint import latest_checkpoint, load_checkpoint, set_rng_state
 from schedrl.train.learner import Learner
 from schedrl.train.run_dir import MetricsLogger, RunDir
@@ -47,9 +48,17 @@ def engine_config(cfg: RunConfig) -> EngineConfig:
     )
 
 
+def make_tool_wait_policy(cfg: RunConfig) -> ToolWaitPolicy:
+    return make_tool_wait(cfg.task.tool_wait, **cfg.task.tool_wait_args)
+
+
 def make_engine(cfg: RunConfig, model: PreTrainedModel, tokenizer: Any, version: int = 0) -> HFEngine:
-    """The run's engine: its `engine` section, with the admission policy it names."""
-    admission = make_admission(cfg.engine.admission, **cfg.engine.admission_args)
+    """The run's engine: its `engine` section, with the admission policy it names (`fcfs` becomes
+    `priority` when the tool-wait policy orders returning trajectories: it only acts through priorities)."""
+    name = cfg.engine.admission
+    if name == "fcfs" and cfg.task.env != "single_turn" and getattr(make_tool_wait_policy(cfg), "by", None):
+        name = "priority"
+    admission = make_admission(name, **cfg.engine.admission_args)
     return HFEngine(model, tokenizer, engine_config(cfg), admission=admission, version=version)
 
 
@@ -121,7 +130,15 @@ def make_episodes(cfg: RunConfig, engine: Engine, tokenizer: Any, source: TaskSo
     probe = new_env()  # for its stop strings
     asyncio.run(probe.close())
     return EpisodeRunner(
-        engine, tokenizer, new_env, probe.stop_strings, t.max_turns, t.max_observation_tokens, t.env_timeout_s
+        engine,
+        tokenizer,
+        new_env,
+        probe.stop_strings,
+        t.max_turns,
+        t.max_observation_tokens,
+        t.env_timeout_s,
+        t.max_turn_tokens,
+        make_tool_wait_policy(cfg),
     )
 
 

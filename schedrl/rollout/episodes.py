@@ -2,15 +2,16 @@
 (tool calls included) run on an event loop off the engine's thread.
 
 Each episode keeps a `TokenLedger`. A model turn is a request whose prompt is the whole ledger so far
-and whose budget is what is left of the episode's `max_new_tokens`; it stops at the call parser's
-closing tag (a stop string). When it finishes, its tokens go into the ledger exactly as sampled and
-the turn's text goes to `env.step` on the event loop; while the environment works the engine runs
-the other episodes' turns. The answer is tokenized as a suffix and the next turn is admitted.
+and whose budget is what is left of the episode's `max_new_tokens` (and at most `max_turn_tokens`);
+it stops at the call parser's closing tag (a stop string). When it finishes, its tokens go into the
+ledger exactly as sampled and the turn's text goes to `env.step` on the event loop; while the
+environment works the engine runs the other episodes' turns. The answer is tokenized as a suffix and
+the next turn is admitted: an admission event, ordered by the engine's admission policy.
 
-This is the `release` tool-wait policy of every peer: a waiting episode holds no engine slot, and
-its next turn prefills its history again. Keeping the waiting episode's keys and values (`pin`) and
-admitting returns first (`priority`) need the engine to park and extend a request; they are not
-built yet.
+What the waiting episode holds meanwhile is the `ToolWaitPolicy`'s decision (`tool_wait/`):
+`release` frees its slot (the next turn prefills the history again), `pin` parks the slot's keys
+and values for a time to live (the next turn prefills only the answer), `priority` admits the
+returning turn ahead of fresh ones, and `lockstep` holds every answer until the batch has answered.
 
 Bad input ends an episode, never the run: an environment that raises, answers with the wrong type
 or takes longer than `env_timeout_s` scores 0 and is counted (`env_errors`); a history that
@@ -27,11 +28,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from schedrl.engine import Engine
+from schedrl.engine import Engine, ParkingEngine, StepStats
 from schedrl.envs.base import Task
 from schedrl.envs.environment import Environment, Observation, StepResult
 from schedrl.envs.ledger import TokenLedger
 from schedrl.envs.tools import clip_tokens
+from schedrl.rollout.clock import WallClock
+from schedrl.rollout.tool_wait import Back, Release, ToolWaitPolicy, Turn
 from schedrl.seeding import derive_seed
 from schedrl.types import FinishReason, Request, Sample, task_of
 
@@ -46,6 +49,19 @@ class _Episode:
     reward: float = 0.0
     finish: FinishReason = "stop"
     done: bool = False
+    last_turn: str | None = None  # the id of its last model turn's request ...
+    kept: bool = False  # ... and whether that request parks its keys and values
+    started: float = 0.0
+    ended: float = 0.0
+
+
+@dataclass
+class _Pending:
+    """An environment call in flight."""
+
+    ep: _Episode
+    kind: str  # "reset" | "step"
+    submitted: float
 
 
 class EpisodeRunner:
@@ -53,7 +69,8 @@ class EpisodeRunner:
 
     `stop`: the stop strings of every model turn (the call parser's closing tag);
     `max_turns`: model turns per episode; `max_observation_tokens`: cap of each observation (head and
-    tail kept)."""
+    tail kept); `max_turn_tokens`: budget of one model turn (None: what is left of the episode's);
+    `tool_wait`: what a waiting episode holds (default `release`); `clock`: wall or virtual time."""
 
     def __init__(
         self,
@@ -64,6 +81,9 @@ class EpisodeRunner:
         max_turns: int = 4,
         max_observation_tokens: int = 256,
         env_timeout_s: float = 60.0,
+        max_turn_tokens: int | None = None,
+        tool_wait: ToolWaitPolicy | None = None,
+        clock: Any = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"EpisodeRunner.max_turns must be >= 1, got {max_turns!r}")
@@ -72,7 +92,21 @@ class EpisodeRunner:
         self.env_timeout_s = env_timeout_s  # a reset, step or close past this ends its episode, counted
         self.engine, self.tokenizer, self.make_env = engine, tokenizer, make_env
         self.stop, self.max_turns, self.max_obs = tuple(stop), max_turns, max_observation_tokens
+        if max_turn_tokens is not None and max_turn_tokens < 1:
+            raise ValueError(f"EpisodeRunner.max_turn_tokens must be >= 1, got {max_turn_tokens!r}")
+        self.max_turn_tokens = max_turn_tokens
+        self.tool_wait = tool_wait if tool_wait is not None else Release()
+        self.clock = clock if clock is not None else WallClock()
+        if self.tool_wait.parks and not isinstance(engine, ParkingEngine):
+            raise ValueError(
+                f"tool-wait policy {type(self.tool_wait).__name__} keeps keys and values during waits, "
+                f"which {type(engine).__name__} cannot (it is not a ParkingEngine); use release or priority"
+            )
         self.env_errors = 0
+        self.last_latencies: list[float] = []  # seconds from reset to the end, per episode of the last `run`
+        self.peak_cached_tokens = 0  # most tokens the engine held keys and values for, in the last `run`
+        # engine work of the last `run`: prefill_tokens, kv_reused_tokens, kv_evicted, peak_cached_tokens
+        self.last_stats: dict[str, float] = {}
         self.last_turns: list[int] = []  # model turns of each episode of the last `run`
         self.tool_counts: Counter[str] = Counter()  # tool-call outcomes (ok, malformed, timeout, ...) so far
         self.loop = asyncio.new_event_loop()
@@ -95,26 +129,37 @@ class EpisodeRunner:
         """One episode per request (its task from `tasks`); the samples come back in request order, each
         with its reward, its ledger's completion and the trained mask of its tokens."""
         episodes = {r.id: _Episode(r, tasks[task_of(r)], self.make_env()) for r in requests}
-        waiting: dict[concurrent.futures.Future, tuple[_Episode, str]] = {}  # env futures -> (episode, kind)
+        before = self._engine_counters()
+        self.peak_cached_tokens = 0
+        waiting: dict[concurrent.futures.Future, _Pending] = {}
         for ep in episodes.values():
-            waiting[self._submit(ep.env.reset(ep.task, ep.request.params.seed or 0))] = (ep, "reset")
+            ep.started = self.clock.now()
+            self._call(waiting, ep, "reset", ep.env.reset(ep.task, ep.request.params.seed or 0))
         in_engine: dict[str, _Episode] = {}
+        lockstep = self.tool_wait.lockstep
         while waiting or in_engine:
-            ready = [f for f in waiting if f.done()]
-            if not ready and not in_engine:  # nothing to decode: wait for an environment
-                done, _ = concurrent.futures.wait(
-                    list(waiting), return_when=concurrent.futures.FIRST_COMPLETED
-                )
-                ready = list(done)
+            now = self.clock.now()
+            arrivals = {f: self.clock.arrival(p.submitted, f) for f, p in waiting.items() if f.done()}
+            ready = sorted((f for f, t in arrivals.items() if t <= now), key=arrivals.__getitem__)
+            if lockstep and (in_engine or len(ready) < len(waiting)):
+                ready = []  # the batch moves on together, once every environment has answered
+            if not ready and not in_engine:  # nothing to decode: wait for the environments
+                self._idle(waiting, arrivals, lockstep)
+                continue
             for f in ready:
-                ep, kind = waiting.pop(f)
+                p = waiting.pop(f)
                 try:
-                    self._on_env(ep, kind, f, in_engine)
+                    self._on_env(p, f, in_engine)
                 except Exception:  # a bad answer (wrong type, bad source, nothing to prompt with) ends it
                     self.env_errors += 1
-                    ep.done, ep.reward = True, 0.0
+                    self._end(p.ep, 0.0)
             if in_engine:
-                for s in self.engine.step():
+                finished = self.engine.step()
+                self.clock.charge(getattr(self.engine, "last_step", StepStats()))
+                self.peak_cached_tokens = max(
+                    self.peak_cached_tokens, getattr(self.engine, "num_cached_tokens", 0)
+                )
+                for s in finished:
                     ep = in_engine.pop(s.request_id)
                     self._on_model_turn(ep, s, waiting)
         for ep in episodes.values():
@@ -122,63 +167,114 @@ class EpisodeRunner:
                 self._submit(ep.env.close()).result()
             except Exception:  # a failing close must not lose the episodes
                 self.env_errors += 1
+        self.last_latencies = [ep.ended - ep.started for ep in episodes.values()]
+        after = self._engine_counters()
+        self.last_stats = {k: float(after[k] - before[k]) for k in after}
+        self.last_stats["peak_cached_tokens"] = float(self.peak_cached_tokens)
         self.last_turns = [
             len({t for t, m in zip(ep.ledger.turns, ep.ledger.trained, strict=True) if m})
             for ep in episodes.values()
         ]
         return [self._sample(episodes[r.id]) for r in requests]
 
+    def _engine_counters(self) -> dict[str, int]:
+        names = {"prefill_tokens": "num_prefill_tokens", "kv_reused_tokens": "num_reused"}
+        names["kv_evicted"] = "num_evicted"
+        return {k: int(getattr(self.engine, n, 0)) for k, n in names.items()}
+
     # ---- events -----------------------------------------------------------------------------
-    def _on_env(self, ep: _Episode, kind: str, future: concurrent.futures.Future, in_engine: dict) -> None:
+    def _call(self, waiting: dict, ep: _Episode, kind: str, coro) -> None:
+        f = self._submit(coro)
+        if self.clock.virtual:  # answers at once, with their latency: wait for it so runs are deterministic
+            concurrent.futures.wait([f])
+        waiting[f] = _Pending(ep, kind, self.clock.now())
+
+    def _idle(self, waiting: dict, arrivals: dict, lockstep: bool) -> None:
+        if self.clock.virtual:
+            if arrivals:
+                self.clock.jump(max(arrivals.values()) if lockstep else min(arrivals.values()))
+            return
+        until = concurrent.futures.ALL_COMPLETED if lockstep else concurrent.futures.FIRST_COMPLETED
+        concurrent.futures.wait(list(waiting), return_when=until)
+
+    def _end(self, ep: _Episode, reward: float | None = None) -> None:
+        ep.done, ep.ended = True, self.clock.now()
+        if reward is not None:
+            ep.reward = reward
+        if ep.kept and ep.last_turn is not None and isinstance(self.engine, ParkingEngine):
+            self.engine.evict(ep.last_turn)
+
+    def _on_env(self, p: _Pending, future: concurrent.futures.Future, in_engine: dict) -> None:
+        ep = p.ep
         try:
             out = future.result()
         except Exception:  # the environment's failure ends its episode with reward 0, counted
             self.env_errors += 1
-            ep.done, ep.reward = True, 0.0
+            self._end(ep, 0.0)
             return
-        if kind == "reset":
+        priority = 0.0
+        if p.kind == "reset":
             if not isinstance(out, Observation):
                 raise TypeError(f"reset returned {type(out).__name__}, not an Observation")
             ep.ledger.append_tokens(list(self.tokenizer(out.text).input_ids), "prompt")
         else:
             if not isinstance(out, StepResult):
                 raise TypeError(f"step returned {type(out).__name__}, not a StepResult")
-            self.tool_counts.update(out.info.get("tools", ()))
+            statuses = tuple(out.info.get("tools", ()))
+            self.tool_counts.update(statuses)
             ep.reward += out.reward or 0.0
             if out.done or out.truncated or out.observation is None:
-                ep.done = True
+                self._end(ep)
                 return
             ids = clip_tokens(self.tokenizer, out.observation.text, self.max_obs)
             ep.ledger.append_tokens(ids, out.observation.source)
             ep.text += self.tokenizer.decode(ids, skip_special_tokens=True)
             ep.ledger.next_turn()
-        self._next_turn(ep, in_engine)
+            back = Back(
+                ep.request.id,
+                ep.ledger.turn,
+                self.max_turns,
+                len(ep.ledger),
+                self.clock.now() - p.submitted,
+                statuses,
+                ep.ledger.num_model_tokens,
+            )
+            self.tool_wait.observe(back)
+            priority = self.tool_wait.priority(back)
+        self._next_turn(ep, in_engine, priority)
 
-    def _next_turn(self, ep: _Episode, in_engine: dict) -> None:
+    def _next_turn(self, ep: _Episode, in_engine: dict, priority: float = 0.0) -> None:
         left = ep.request.params.max_new_tokens - ep.ledger.num_model_tokens
         if left <= 0 or ep.ledger.turn >= self.max_turns:
-            ep.done, ep.finish = True, "length"
+            ep.finish = "length"
+            self._end(ep)
             return
         p = ep.request.params
         params = replace(
             p,
-            max_new_tokens=left,
+            max_new_tokens=min(left, self.max_turn_tokens or left),
             stop_strings=tuple(dict.fromkeys((*p.stop_strings, *self.stop))),
             seed=derive_seed(p.seed, "turn", ep.ledger.turn),
         )
+        keep_s = self.tool_wait.keep_s(Turn(ep.request.id, ep.ledger.turn, self.max_turns, len(ep.ledger)))
         turn = Request(
             f"{ep.request.id}/turn{ep.ledger.turn}",
             tuple(ep.ledger.token_ids),
             params,
+            priority=priority,
             task_id=ep.request.task_id,
             group_id=ep.request.group_id,
             sample_index=ep.request.sample_index,
+            keep_kv_s=keep_s,
+            continues=ep.last_turn if ep.kept else None,
         )
         try:
             self.engine.add(turn)
         except ValueError:  # the history no longer fits the engine's context
-            ep.done, ep.finish = True, "length"
+            ep.finish = "length"
+            self._end(ep)
             return
+        ep.last_turn, ep.kept = turn.id, keep_s > 0
         in_engine[turn.id] = ep
 
     def _on_model_turn(self, ep: _Episode, s: Sample, waiting: dict) -> None:
@@ -186,7 +282,7 @@ class EpisodeRunner:
         ep.text += s.text
         if s.finish_reason == "length" and ep.ledger.num_model_tokens >= ep.request.params.max_new_tokens:
             ep.finish = "length"
-        waiting[self._submit(ep.env.step(s.text))] = (ep, "step")
+        self._call(waiting, ep, "step", ep.env.step(s.text))
 
     def _sample(self, ep: _Episode) -> Sample:
         ids, trained, logprobs, versions = ep.ledger.completion()

@@ -116,6 +116,7 @@ class StepRollout:
             "env_errors": float(self.episodes.env_errors),
             "episodes_dropped": float(len(samples) - len(kept)),
             "turns_mean": sum(turns) / max(1, len(turns)),
+            **self.episodes.last_stats,
             **{f"tool/{k}": float(v) for k, v in sorted(self.episodes.tool_counts.items())},
         }
         return kept, stats

@@ -1,0 +1,71 @@
+"""What happens to a trajectory while it waits on a tool or an environment (`task.tool_wait`).
+
+When a model turn ends and the environment starts working on it, the trajectory waits. Every
+peer frees its engine slot and prefills the whole history again when the answer comes back
+(`release`); TRL's tool loop waits for the slowest call of the batch (`lockstep`). A
+`ToolWaitPolicy` decides, per trajectory:
+
+    keep_s(turn)    before the turn runs: for how many seconds its keys and values stay in the
+                    engine after it ends (0: release). The engine parks the slot; the next turn
+                    prefills only the appended tokens if it comes back in time and no admission
+                    needed the slot meanwhile.
+    priority(back)  when the environment answers: the admission priority of the next turn
+                    (fresh trajectories have 0; a priority-aware admission policy runs higher first).
+    observe(back)   every answer, with how long it took: the policy's latency estimate learns.
+    lockstep        hold every answer until the whole batch has answered (the baseline of TRL).
+    parks           whether `keep_s` can be > 0 (the engine must then be a `ParkingEngine`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from schedrl.registry import Registry
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A model turn about to be admitted."""
+
+    episode: str
+    turn: int  # 0-based model turn
+    max_turns: int
+    history_tokens: int  # its prompt: what a re-prefill after the wait would compute again
+
+
+@dataclass(frozen=True)
+class Back:
+    """An environment's answer to a turn, about to start the next one."""
+
+    episode: str
+    turn: int  # the next model turn (0-based)
+    max_turns: int
+    history_tokens: int
+    wait_s: float  # from the turn's end to the answer
+    statuses: tuple[str, ...] = ()  # tool-call outcomes of the answer ("ok", "error", "timeout", ...)
+    model_tokens: int = 0  # tokens the trajectory has generated so far
+
+
+@runtime_checkable
+class ToolWaitPolicy(Protocol):
+    lockstep: bool
+    parks: bool
+
+    def keep_s(self, turn: Turn) -> float: ...
+
+    def priority(self, back: Back) -> float: ...
+
+    def observe(self, back: Back) -> None: ...
+
+
+TOOL_WAITS: Registry[type] = Registry("tool-wait policy")
+
+
+def make_tool_wait(name: str, **args) -> ToolWaitPolicy:
+    """The policy registered as `name`, built with `task.tool_wait_args`."""
+    cls = TOOL_WAITS.get(name)
+    try:
+        return cls(**args)
+    except TypeError as e:
+        raise ValueError(f"tool-wait policy {name!r}: bad tool_wait_args {args!r} ({e})") from None
