@@ -64,6 +64,8 @@ class EngineSection:
     admission: str = "fcfs"  # admission policy: fcfs, priority, static, lpt, spt, fcfs_guarded, past_future
     admission_args: dict[str, Any] = field(default_factory=dict)  # its arguments, e.g. {predictor: sibling}
     prefill_prompt_once: bool = True  # the samples of a prompt admitted in one step prefill it once
+    # cache slots beyond the running batch for trajectories parked during tool waits (task.tool_wait: pin)
+    park_slots: int = 0
 
 
 @dataclass
@@ -71,6 +73,9 @@ class AlgoConfig:
     name: str = "grpo"  # registered loss
     advantage: str = "grpo"  # registered advantage estimator
     std_normalize: bool = True  # divide group-centred rewards by the group std
+    # multi-turn credit: broadcast (one advantage per trajectory) or return_to_go (one per turn)
+    turn_credit: str = "broadcast"
+    turn_discount: float = 1.0  # gamma of the per-turn return-to-go
     clip_eps: float = 0.2  # PPO clip range (low side)
     clip_eps_high: float | None = None  # PPO clip range (high side); None = clip_eps
     loss_agg: Literal["token_mean", "seq_mean"] = "token_mean"  # how token losses are averaged
@@ -224,6 +229,7 @@ _POSITIVE = {
     "eval.k",
 }
 _NON_NEGATIVE = {
+    "engine.park_slots",
     "save_every",
     "sampling.temperature",
     "sampling.top_k",
@@ -399,6 +405,22 @@ def _validate_rollout(cfg: RunConfig) -> None:
     if r.prune_check_tokens <= 0:
         raise ConfigError(
             f"config field 'rollout.prune_check_tokens' must be > 0, got {r.prune_check_tokens!r}"
+        )
+    from schedrl.algos.turn_credit import TURN_CREDITS
+
+    if cfg.algo.turn_credit not in TURN_CREDITS:
+        raise ConfigError(
+            f"config field 'algo.turn_credit' must be one of {', '.join(TURN_CREDITS)}, "
+            f"got {cfg.algo.turn_credit!r}"
+        )
+    if not 0.0 <= cfg.algo.turn_discount <= 1.0:
+        raise ConfigError(
+            f"config field 'algo.turn_discount' must be in [0, 1], got {cfg.algo.turn_discount!r}"
+        )
+    if cfg.algo.turn_credit == "return_to_go" and cfg.algo.advantage != "grpo":
+        raise ConfigError(
+            "config field 'algo.turn_credit' is 'return_to_go': it replaces the group advantage with one per "
+            f"turn and needs algo.advantage 'grpo', got {cfg.algo.advantage!r}"
         )
     if cfg.task.max_turn_tokens is not None and cfg.task.max_turn_tokens <= 0:
         raise ConfigError(

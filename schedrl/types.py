@@ -139,6 +139,10 @@ class Sample:
     # per token: in the loss (model tokens) or context only (tool, environment, template tokens of a
     # multi-turn episode); None: every token is the model's
     trained: tuple[bool, ...] | None = None
+    # multi-turn: the model turn each completion token belongs to (a turn's tool answer goes with it) ...
+    turns: tuple[int, ...] | None = None
+    # ... and the reward of each model turn (what the environment returned for it; they sum to `reward`)
+    turn_rewards: tuple[float, ...] | None = None
 
     @property
     def num_tokens(self) -> int:

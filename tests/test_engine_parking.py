@@ -113,7 +113,7 @@ def test_a_parked_slot_is_given_up_when_its_time_runs_out(default_model, tokeniz
     clock.t = 2.0
     cont = continuation(tokenizer, first, "t0")
     (out,) = engine.generate([cont])
-    assert engine.num_evicted == 1 and engine.num_reused == 0
+    assert engine.num_expired == 1 and engine.num_evicted == 0 and engine.num_reused == 0
     assert_same([out], reference(default_model, tokenizer, [cont]))
 
 
@@ -139,3 +139,45 @@ def test_aborted_requests_never_park(default_model, tokenizer):
     engine.step()
     engine.abort("a")
     assert engine.parked_ids == []
+
+
+def test_park_slots_hold_parked_requests_beside_a_full_running_batch(default_model, tokenizer):
+    engine = HFEngine(default_model, tokenizer, EngineConfig(max_concurrency=1, park_slots=1))
+    (first,) = run_first(engine, tokenizer, ["12+34="])
+    for i in range(3):  # fresh work in the only running place; the parked slot is left alone
+        engine.add(turn(tokenizer, f"o{i}", tokenizer(f"{i}+1=").input_ids))
+    while engine.has_unfinished():
+        engine.step()
+        assert engine.num_running <= 1
+    assert engine.num_evicted == 0 and engine.parked_ids == ["t0"]
+    cont = continuation(tokenizer, first, "t0")
+    (out,) = engine.generate([cont])
+    assert engine.num_reused > 0
+    assert_same([out], reference(default_model, tokenizer, [cont]))
+
+
+def test_a_continuation_waits_for_a_place_in_the_running_batch(default_model, tokenizer):
+    engine = HFEngine(default_model, tokenizer, EngineConfig(max_concurrency=1, park_slots=1))
+    (first,) = run_first(engine, tokenizer, ["12+34="])
+    engine.add(turn(tokenizer, "busy", tokenizer("99+1=").input_ids, max_new_tokens=4))
+    engine.step()  # "busy" takes the running place
+    engine.add(continuation(tokenizer, first, "t0"))
+    engine.step()
+    assert engine.running_ids == ["busy"] and engine.waiting_ids == ["c"]
+    engine.generate([])
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.num_reused > 0
+
+
+def test_a_slot_whose_continuation_arrived_in_time_does_not_expire_while_it_queues(default_model, tokenizer):
+    clock = Clock()
+    engine = HFEngine(default_model, tokenizer, EngineConfig(max_concurrency=1, park_slots=1), clock=clock)
+    (first,) = run_first(engine, tokenizer, ["12+34="], keep_kv_s=1.0)
+    engine.add(turn(tokenizer, "busy", tokenizer("99+1=").input_ids, max_new_tokens=4))
+    engine.step()
+    engine.add(continuation(tokenizer, first, "t0"))  # in time, but the running place is taken
+    clock.t = 5.0  # past the time to live while it queues
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.num_evicted == 0 and engine.num_reused > 0

@@ -138,7 +138,7 @@ def test_pin_reuses_the_history_and_samples_what_release_samples(model, tokenize
 
 def test_a_wait_past_the_time_to_live_prefills_again(model, tokenizer):
     _, engine, _, _ = run(model, tokenizer, Pin(prior_wait_s=0.01, max_keep_s=0.01), [[5.0, 5.0, 5.0]])
-    assert engine.num_reused == 0 and engine.num_evicted > 0 and engine.parked_ids == []
+    assert engine.num_reused == 0 and engine.num_expired > 0 and engine.parked_ids == []
 
 
 def test_pin_needs_an_engine_that_parks(model, tokenizer):

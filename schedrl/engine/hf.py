@@ -12,7 +12,8 @@ whose `continues` names it and whose prompt extends its tokens (the history plus
 tool's answer) takes the slot back and prefills only the appended tokens. A parked
 slot is given up when its time runs out, when `evict(id)` is called, or when an
 admission needs a slot and none is free (the one closest to its expiry goes
-first); a continuation of an evicted request prefills its whole prompt. Weight
+first; a slot whose continuation has arrived and waits for a running place never
+expires, and goes last); a continuation of an evicted request prefills its whole prompt. Weight
 updates keep parked keys and values, as they keep running ones.
 
 Why not `transformers`' own continuous batching (`generate_batch`,
@@ -46,7 +47,10 @@ from schedrl.types import FinishReason, Request, Sample, Timings
 class EngineConfig:
     """Capacity of the built-in engine."""
 
-    max_concurrency: int = 32  # requests in the running batch (cache slots)
+    max_concurrency: int = 32  # requests in the running batch
+    # cache slots beyond the running batch's, where finished requests park their keys and values
+    # for a continuation (the `pin` tool-wait policy); parked requests may also hold free running slots
+    park_slots: int = 0
     max_batched_tokens: int = 2048  # tokens in one forward: decode tokens plus prefill tokens
     max_model_len: int | None = None  # tokens per sequence (prompt + output); default: the model's context
     seed: int = 0  # seeds requests that carry no seed of their own
@@ -58,6 +62,8 @@ class EngineConfig:
         for name in ("max_concurrency", "max_batched_tokens"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"EngineConfig.{name} must be > 0, got {getattr(self, name)}")
+        if self.park_slots < 0:
+            raise ValueError(f"EngineConfig.park_slots must be >= 0, got {self.park_slots}")
         if self.max_model_len is not None and self.max_model_len <= 1:
             raise ValueError(f"EngineConfig.max_model_len must be > 1, got {self.max_model_len}")
 
@@ -131,13 +137,15 @@ class HFEngine:
         self._arrival: dict[str, float] = {}
         self._running: dict[str, _Seq] = {}
         self._parked: dict[str, _Seq] = {}  # finished requests that keep their slot for a continuation
-        self._free_slots = list(range(self.config.max_concurrency))  # a min-heap: lowest slot first
+        # a min-heap: lowest slot first
+        self._free_slots = list(range(self.config.max_concurrency + self.config.park_slots))
         self.num_steps = 0
         self.num_generated = 0
         self.num_shared_prefill = 0  # prompt tokens not recomputed: copied from a twin admitted with them
         self.num_prefill_tokens = 0  # tokens computed in multi-token rows (prompts, resumes, extensions)
         self.num_reused = 0  # tokens not recomputed because a continuation took its parked slot back
-        self.num_evicted = 0  # parked slots given up before their continuation came
+        self.num_evicted = 0  # parked slots given up because an admission needed them
+        self.num_expired = 0  # parked slots given up at the end of their time to live
         self.last_step = StepStats()
 
     def _alloc_cache(self, mc) -> None:
@@ -145,7 +153,8 @@ class HFEngine:
         kv_heads = getattr(mc, "num_key_value_heads", None) or heads
         head_dim = getattr(mc, "head_dim", None) or mc.hidden_size // heads
         dtype = next(self.model.parameters()).dtype
-        shape = (self.config.max_concurrency, kv_heads, self.max_model_len, head_dim)
+        slots = self.config.max_concurrency + self.config.park_slots
+        shape = (slots, kv_heads, self.max_model_len, head_dim)
         with torch.inference_mode():
             self._cache = [
                 (
@@ -159,13 +168,19 @@ class HFEngine:
     def add(self, request: Request) -> None:
         if request.id in self._arrival:
             raise ValueError(f"request id {request.id!r} is already in the engine")
-        if request.continues is not None and request.continues in self._parked:
-            held = self._parked[request.continues].ids
+        parked = self._parked.get(request.continues) if request.continues is not None else None
+        if parked is not None and parked.expires <= self.clock():  # too late: it prefills everything
+            self.evict(parked.request.id)
+            self.num_expired += 1
+            parked = None
+        if parked is not None:
+            held = parked.ids
             if request.prefix_ids or tuple(request.prompt_ids[: len(held)]) != tuple(held):
                 raise ValueError(
                     f"request {request.id!r} continues {request.continues!r} but its prompt does not "
                     f"start with that request's {len(held)} tokens"
                 )
+            parked.expires = float("inf")  # it came back in time: only pressure evicts it now, last
         n = request.num_prefill_tokens
         if n >= self.max_model_len:
             raise ValueError(
@@ -253,32 +268,35 @@ class HFEngine:
         now = self.clock()
         for rid in [r for r, seq in self._parked.items() if seq.expires <= now]:
             self.evict(rid)
-            self.num_evicted += 1
+            self.num_expired += 1
         if not self._waiting:
             return
         budget = self.config.max_batched_tokens - len(self._running)
         # A continuation whose slot is parked goes first: the slot is already its own.
         taken = set()
+        room = self.config.max_concurrency - len(self._running)  # places left in the running batch
         for i, req in enumerate(self._waiting):
             held = self._parked.get(req.continues) if req.continues is not None else None
-            if held is not None and len(req.prompt_ids) - held.n_cached <= budget:
+            if held is not None and room > 0 and len(req.prompt_ids) - held.n_cached <= budget:
+                room -= 1
                 budget -= len(req.prompt_ids) - held.n_cached
                 taken.add(i)
                 self._start(req, now, held)
         fresh = [i for i in range(len(self._waiting)) if i not in taken]
-        if fresh and (self._free_slots or self._parked):
+        if fresh and room > 0 and (self._free_slots or self._parked):
             waiting = [self._waiting[i] for i in fresh]
             chosen = self.admission.select(
                 waiting,
-                free_slots=len(self._free_slots) + len(self._parked),
+                free_slots=min(room, len(self._free_slots) + len(self._parked)),
                 token_budget=budget,
                 num_running=len(self._running),
             )
             for j in chosen:
                 req = waiting[j]
                 cost = req.num_prefill_tokens
-                if fresh[j] in taken or (cost > budget and self._running):
+                if fresh[j] in taken or room <= 0 or (cost > budget and self._running):
                     break
+                room -= 1
                 if not self._free_slots:  # an admission needs a slot: the parked one expiring first goes
                     if not self._parked:
                         break

@@ -60,18 +60,22 @@ class GuessTask(GeneratedTasks):
 
 
 class GuessEnv:
-    """The higher/lower game on a `GuessTask`: `max_guesses` turns."""
+    """The higher/lower game on a `GuessTask`: `max_guesses` turns.
+
+    `consistent_reward` (default 0: the outcome reward only) is a per-turn reward: + for a wrong guess
+    inside the range still possible after the answers so far, - for one outside it (a wasted turn)."""
 
     stop_strings: tuple[str, ...] = (END,)
 
-    def __init__(self, source: TaskSource, max_guesses: int = 8) -> None:
+    def __init__(self, source: TaskSource, max_guesses: int = 8, consistent_reward: float = 0.0) -> None:
         if max_guesses < 1:
             raise ValueError(f"GuessEnv.max_guesses must be >= 1, got {max_guesses!r}")
-        self.source, self.max_guesses = source, max_guesses
-        self.secret, self.turns = 0, 0
+        self.source, self.max_guesses, self.consistent_reward = source, max_guesses, consistent_reward
+        self.high = int(getattr(source, "high", 10**6))
+        self.secret, self.turns, self.lo, self.hi = 0, 0, 0, self.high
 
     async def reset(self, task: Task, seed: int) -> Observation:
-        self.secret, self.turns = int(task.answer), 0
+        self.secret, self.turns, self.lo, self.hi = int(task.answer), 0, 0, self.high
         return Observation(task.prompt, "template")
 
     async def step(self, action: str) -> StepResult:
@@ -83,8 +87,14 @@ class GuessEnv:
         if self.turns >= self.max_guesses:
             return StepResult(None, 0.0, done=True, truncated=True, info={"guesses": self.turns})
         if guess is None:  # not a number: the game says so and the turn is spent
-            return StepResult(Observation("?", "env"), None, done=False)
-        return StepResult(Observation(HIGHER if self.secret > guess else LOWER, "env"), None, done=False)
+            return StepResult(Observation("?", "env"), -self.consistent_reward or None, done=False)
+        inside = self.lo <= guess <= self.hi
+        if self.secret > guess:
+            self.lo = max(self.lo, guess + 1)
+        else:
+            self.hi = min(self.hi, guess - 1)
+        reward = (self.consistent_reward if inside else -self.consistent_reward) or None
+        return StepResult(Observation(HIGHER if self.secret > guess else LOWER, "env"), reward, done=False)
 
     async def close(self) -> None:
         return None

@@ -5,6 +5,10 @@ answers with their outputs; a turn without calls is the answer, scored by the ta
 everything after the prompt (model turns and tool outputs, as a single-turn completion is the
 text after the prompt). Past `max_calls` turns with calls the episode ends, truncated, with
 reward 0.
+
+Tool rewards: with `call_reward` > 0 a turn with calls earns `call_reward` per call that ran
+("ok") and loses it per call that did not (malformed, unknown tool, bad arguments, raised, timed
+out), as that turn's reward; the answer's reward comes on top, on the last turn.
 """
 
 from __future__ import annotations
@@ -18,10 +22,18 @@ from schedrl.envs.tools import PARSERS, CallParser, Tool, ToolSet, load_tool
 
 
 class ToolEnv:
-    def __init__(self, source: TaskSource, tools: ToolSet, parser: CallParser, max_calls: int = 4) -> None:
+    def __init__(
+        self,
+        source: TaskSource,
+        tools: ToolSet,
+        parser: CallParser,
+        max_calls: int = 4,
+        call_reward: float = 0.0,
+    ) -> None:
         if max_calls < 1:
             raise ValueError(f"ToolEnv.max_calls must be >= 1, got {max_calls!r}")
         self.source, self.tools, self.parser, self.max_calls = source, tools, parser, max_calls
+        self.call_reward = call_reward
         self.stop_strings = (parser.stop,)  # nothing is generated after a call's closing tag
         self.task: Task | None = None
         self.transcript, self.calls = "", 0
@@ -43,9 +55,10 @@ class ToolEnv:
         results = await self.tools.run(calls)
         text = self.parser.format_results([r.output for r in results])
         self.transcript += text
-        return StepResult(
-            Observation(text, "tool"), None, done=False, info={"tools": [r.status for r in results]}
-        )
+        statuses = [r.status for r in results]
+        ok = sum(s == "ok" for s in statuses)
+        reward = self.call_reward * (ok - (len(statuses) - ok)) if self.call_reward else None
+        return StepResult(Observation(text, "tool"), reward, done=False, info={"tools": statuses})
 
     async def close(self) -> None:
         self.task = None
@@ -57,9 +70,12 @@ def tool_env(
     parser: str = "compact",
     max_calls: int = 4,
     timeout_s: float = 10.0,
+    call_reward: float = 0.0,
 ) -> ToolEnv:
     """`env: tools` in a config: `tools` as dotted paths (``"schedrl.envs.calc:calc"``) or functions."""
     if not tools:
         raise ValueError("env 'tools' needs env_args.tools: dotted paths of the tool functions")
     loaded = [load_tool(t) if isinstance(t, str) else t for t in tools]
-    return ToolEnv(source, ToolSet(loaded, timeout_s=timeout_s), PARSERS.get(parser)(), max_calls)
+    return ToolEnv(
+        source, ToolSet(loaded, timeout_s=timeout_s), PARSERS.get(parser)(), max_calls, call_reward
+    )

@@ -45,6 +45,7 @@ def engine_config(cfg: RunConfig) -> EngineConfig:
         max_batched_tokens=e.max_batched_tokens,
         seed=cfg.seed,
         prefill_prompt_once=e.prefill_prompt_once,
+        park_slots=e.park_slots,
     )
 
 

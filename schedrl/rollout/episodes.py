@@ -47,6 +47,7 @@ class _Episode:
     ledger: TokenLedger = field(default_factory=TokenLedger)
     text: str = ""  # everything after the prompt, decoded
     reward: float = 0.0
+    turn_rewards: list[float] = field(default_factory=list)  # one per model turn the environment answered
     finish: FinishReason = "stop"
     done: bool = False
     last_turn: str | None = None  # the id of its last model turn's request ...
@@ -179,7 +180,7 @@ class EpisodeRunner:
 
     def _engine_counters(self) -> dict[str, int]:
         names = {"prefill_tokens": "num_prefill_tokens", "kv_reused_tokens": "num_reused"}
-        names["kv_evicted"] = "num_evicted"
+        names.update(kv_evicted="num_evicted", kv_expired="num_expired")
         return {k: int(getattr(self.engine, n, 0)) for k, n in names.items()}
 
     # ---- events -----------------------------------------------------------------------------
@@ -199,8 +200,8 @@ class EpisodeRunner:
 
     def _end(self, ep: _Episode, reward: float | None = None) -> None:
         ep.done, ep.ended = True, self.clock.now()
-        if reward is not None:
-            ep.reward = reward
+        if reward is not None:  # the episode's reward is overruled (a failure scores 0): so are its turns'
+            ep.reward, ep.turn_rewards = reward, []
         if ep.kept and ep.last_turn is not None and isinstance(self.engine, ParkingEngine):
             self.engine.evict(ep.last_turn)
 
@@ -223,6 +224,7 @@ class EpisodeRunner:
             statuses = tuple(out.info.get("tools", ()))
             self.tool_counts.update(statuses)
             ep.reward += out.reward or 0.0
+            ep.turn_rewards.append(float(out.reward or 0.0))
             if out.done or out.truncated or out.observation is None:
                 self._end(ep)
                 return
@@ -286,6 +288,9 @@ class EpisodeRunner:
 
     def _sample(self, ep: _Episode) -> Sample:
         ids, trained, logprobs, versions = ep.ledger.completion()
+        model_turns = len({t for t, m in zip(ep.ledger.turns, ep.ledger.trained, strict=True) if m})
+        # a turn the environment never answered (it failed, the episode was cut) has reward 0
+        rewards = (ep.turn_rewards + [0.0] * model_turns)[: max(model_turns, 1)]
         r = ep.request
         return Sample(
             r.id,
@@ -301,4 +306,6 @@ class EpisodeRunner:
             sample_index=r.sample_index,
             reward=ep.reward,
             trained=tuple(trained),
+            turns=tuple(ep.ledger.turns[ep.ledger.prompt_len :]),
+            turn_rewards=tuple(rewards),
         )

@@ -66,6 +66,24 @@ def prompt_lengths(batch: TokenBatch) -> torch.Tensor:
     return batch.mask.bool().to(torch.int8).argmax(dim=-1) + 1  # first completion target = len(prompt) - 1
 
 
+def target_rows(
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    values: Sequence[Sequence[float | int]],
+    fill: float | int = 0.0,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """(B, L-1): one value per completion token, at the target positions `collate` puts it (e.g. a
+    per-token advantage for the learner); `fill` elsewhere."""
+    length = max(len(p) + len(c) for p, c in zip(prompts, completions, strict=True))
+    out = []
+    for i, (p, c, v) in enumerate(zip(prompts, completions, values, strict=True)):
+        if len(v) != len(c):
+            raise ValueError(f"target_rows: row {i} has {len(v)} values for {len(c)} tokens")
+        out.append([fill] * (len(p) - 1) + list(v) + [fill] * (length - len(p) - len(c)))
+    return torch.tensor(out, dtype=dtype)
+
+
 def collate(
     prompts: Sequence[Sequence[int]],
     completions: Sequence[Sequence[int]],
@@ -104,13 +122,7 @@ def collate(
     def per_target(
         values: Sequence[Sequence[float | int]], fill: float | int, dtype: torch.dtype
     ) -> torch.Tensor:
-        return torch.tensor(
-            [
-                [fill] * (len(p) - 1) + list(v) + [fill] * (length - len(r))
-                for p, v, r in zip(prompts, values, rows, strict=True)
-            ],
-            dtype=dtype,
-        )
+        return target_rows(prompts, completions, values, fill, dtype)
 
     blp = (
         per_target(behaviour_logp, 0.0, torch.float32)
