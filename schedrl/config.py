@@ -433,11 +433,10 @@ def _validate_rollout(cfg: RunConfig) -> None:
     except ValueError as e:
         raise ConfigError(f"config field 'task.tool_wait': {e}") from None
     on = [f"rollout.{n}" for n in ("speculative", "prune_keep") if getattr(r, n)]
-    if cfg.task.env != "single_turn" and (on or cfg.pipeline.mode == "async"):
-        what = on[0] if on else "pipeline.mode 'async'"
+    if cfg.task.env != "single_turn" and on:
         raise ConfigError(
-            f"config field 'task.env' is {cfg.task.env!r}: multi-turn episodes run in the synchronous loop, "
-            f"without speculative reuse or pruning, for now; got {what}"
+            f"config field 'task.env' is {cfg.task.env!r}: multi-turn episodes run without speculative "
+            f"reuse or pruning (they verify or prune single completions); got {on[0]}"
         )
     if len(on) == 2:
         raise ConfigError(

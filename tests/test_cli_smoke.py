@@ -32,6 +32,13 @@ SMALL = {
     "save_every": 0,
 }
 ASYNC = ["pipeline.mode=async", "pipeline.backend=threads", "algo.correction=decoupled"]
+TOOLS = [
+    "task.name=calc",
+    "task.args={min_digits: 2, max_digits: 2}",
+    "task.env=tools",
+    "task.env_args={tools: ['schedrl.envs.calc:calc']}",
+    "sampling.max_new_tokens=16",
+]
 MODES = {
     "sync": [],
     "async_threads": [*ASYNC, "pipeline.max_staleness=2"],
@@ -55,6 +62,9 @@ MODES = {
     "pruning": ["rollout.prune_keep=2"],
     "lpt_sibling": ["engine.admission=lpt", "engine.admission_args={predictor: sibling}"],
     "ppo": ["algo.name=ppo", "algo.advantage=reward"],
+    # multi-turn episodes with a tool in the asynchronous pipeline, on threads (pinned waits) and on Ray
+    "tools_async_threads_pin": [*TOOLS, *ASYNC, "pipeline.max_staleness=1", "task.tool_wait=pin"],
+    "tools_async_ray": [*TOOLS, "pipeline.mode=async", "pipeline.backend=ray", "algo.correction=decoupled"],
     # the data schedulers on the tiered mix, whose domains they choose between
     **{
         f"data_{name}": [
@@ -114,7 +124,8 @@ def test_every_recipe_runs_as_shipped(tmp_path, recipe):
     assert [r["step"] for r in _step_rows(summary["run_dir"])] == [1, 2]
 
 
-def test_async_run_resumes_after_sigkill_without_losing_or_repeating_a_sample(tmp_path):
+@pytest.mark.parametrize("tools", [False, True], ids=["single_turn", "multi_turn_tools"])
+def test_async_run_resumes_after_sigkill_without_losing_or_repeating_a_sample(tmp_path, tools):
     recipe = tmp_path / "recipe.yaml"
     cfg = {**SMALL, "steps": 8, "save_every": 2, "out_dir": str(tmp_path), "name": "killed"}
     recipe.write_text(json.dumps(cfg))
@@ -123,7 +134,9 @@ def test_async_run_resumes_after_sigkill_without_losing_or_repeating_a_sample(tm
         tmp_path,
         str(recipe),
         *TINY,
-        *_overrides([*ASYNC, "pipeline.max_staleness=2", "pipeline.weight_sync=inflight"]),
+        *_overrides(
+            [*ASYNC, "pipeline.max_staleness=2", "pipeline.weight_sync=inflight", *(TOOLS if tools else [])]
+        ),
     )
     deadline = time.time() + 180
     while (

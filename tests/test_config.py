@@ -99,13 +99,14 @@ def test_pipeline_policies_are_checked_by_name():
         config_from_dict({"pipeline": {"mode": "async", "weight_sync": "inflight"}})
 
 
-def test_multi_turn_environments_run_in_the_synchronous_loop_for_now():
+def test_multi_turn_environments_run_in_both_loops_without_speculation_or_pruning():
     tools = {"name": "calc", "env": "tools", "env_args": {"tools": ["schedrl.envs.calc:calc"]}}
     assert config_from_dict({"task": tools}).task.env == "tools"
+    assert config_from_dict({"task": tools, "pipeline": {"mode": "async"}}).pipeline.mode == "async"
     with pytest.raises(
-        ConfigError, match="'task.env' is 'tools': multi-turn episodes run in the synchronous"
+        ConfigError, match="'task.env' is 'tools': multi-turn episodes run without speculative reuse"
     ):
-        config_from_dict({"task": tools, "pipeline": {"mode": "async"}})
+        config_from_dict({"task": tools, "rollout": {"speculative": True}})
     with pytest.raises(ConfigError, match="'task.max_turns' must be > 0"):
         config_from_dict({"task": {**tools, "max_turns": 0}})
     with pytest.raises(

@@ -5,6 +5,11 @@ request per step, per-token versions, abort keeps the prefix, weights between ca
 the backend hands results back in a random order, as real workers would finish. Over
 every schedule: no trained-on token is older than k, and every issued sample is
 consumed once, dropped, or still buffered -- never lost, never trained on twice.
+
+With `multi_turn` the fake engine behaves like `EpisodeEngine`: every third token of a
+trajectory is a tool's (never trained, no version), the samples come scored by their
+environment, and an abort suspends the trajectory (an empty sample) until it is sent again,
+when it resumes where it was cut with its versions.
 """
 
 from __future__ import annotations
@@ -32,16 +37,21 @@ from schedrl.types import Request, Sample
 class FakeEngine:
     def __init__(self, cfg, weights, version):
         self.version, self.cap = version, cfg.engine.max_concurrency
+        self.multi_turn = cfg.task.env != "single_turn"
         self.waiting: list[Request] = []
-        self.running: dict[str, list] = {}  # id -> [request, tokens, versions]
+        self.running: dict[str, list] = {}  # id -> [request, tokens, versions, trained]
+        self.suspended: dict[str, list] = {}  # multi-turn: cut trajectories, resumed when sent again
 
     def _target(self, r: Request) -> int:
         return 1 + zlib.crc32(r.id.encode()) % r.params.max_new_tokens
 
-    def add(self, requests):
+    def add(self, requests, tasks=None):
         for r in requests:
             assert r.id not in self.running and all(w.id != r.id for w in self.waiting), f"{r.id} sent twice"
             assert len(r.prefix_ids) < r.params.max_new_tokens
+            if self.multi_turn:
+                assert not r.prefix_ids, "a trajectory's cut tokens never leave its engine"
+                assert tasks is not None and r.task_id in tasks, "an episode's task goes with it"
         self.waiting += requests
 
     def run(self, max_steps):
@@ -49,19 +59,39 @@ class FakeEngine:
         for _ in range(max_steps):
             while self.waiting and len(self.running) < self.cap:
                 r = self.waiting.pop(0)
-                self.running[r.id] = [r, list(r.prefix_ids), list(r.prefix_versions)]
+                state = self.suspended.pop(r.id, None)
+                self.running[r.id] = state or [
+                    r,
+                    list(r.prefix_ids),
+                    list(r.prefix_versions),
+                    [True] * len(r.prefix_ids),
+                ]
             if not self.running:
                 break
-            for rid, (r, toks, vers) in list(self.running.items()):
+            for rid, (r, toks, vers, trained) in list(self.running.items()):
                 toks.append(7)
                 vers.append(self.version)
-                if len(toks) >= self._target(r):
+                trained.append(True)
+                if self.multi_turn and sum(trained) % 2 == 0:  # a tool answers every second model token
+                    toks.append(9)
+                    vers.append(-1)
+                    trained.append(False)
+                if sum(trained) >= self._target(r):
                     del self.running[rid]
-                    out.append(self._sample(r, toks, vers, "stop"))
+                    out.append(self._sample(r, toks, vers, "stop", trained))
         return out
 
-    def _sample(self, r, toks, vers, reason):
-        assert len(toks) <= r.params.max_new_tokens, "a resumed sample outgrew its budget"
+    def _sample(self, r, toks, vers, reason, trained=()):
+        assert sum(trained) <= r.params.max_new_tokens, "a resumed sample outgrew its budget"
+        if self.multi_turn and reason == "aborted":
+            return Sample(r.id, r.prompt_ids, (), (), (), "aborted", r.params, task_id=r.task_id,
+                          group_id=r.group_id, sample_index=r.sample_index)  # fmt: skip
+        if self.multi_turn:
+            return Sample(
+                r.id, r.prompt_ids, tuple(toks), tuple(-1.0 for _ in toks), tuple(vers), reason, r.params,
+                task_id=r.task_id, group_id=r.group_id, sample_index=r.sample_index, reward=1.0,
+                trained=tuple(trained),
+            )  # fmt: skip
         return Sample(
             r.id,
             r.prompt_ids,
@@ -78,7 +108,9 @@ class FakeEngine:
 
     def abort_all(self):
         cut = [self._sample(r, list(r.prefix_ids), list(r.prefix_versions), "aborted") for r in self.waiting]
-        cut += [self._sample(r, t, v, "aborted") for r, t, v in self.running.values()]
+        cut += [self._sample(r, t, v, "aborted") for r, t, v, _ in self.running.values()]
+        if self.multi_turn:
+            self.suspended.update(self.running)
         self.waiting, self.running = [], {}
         return cut
 
@@ -99,6 +131,7 @@ class FakeLearner:
         k = payload["max_staleness"]
         for vers, mask in zip(payload["versions"], payload["train_mask"], strict=True):
             assert len(vers) == len(mask)
+            assert all(m is False for v, m in zip(vers, mask, strict=True) if v < 0), "a tool token trained"
             assert all(step - v <= k for v, m in zip(vers, mask, strict=True) if m), (step, vers, mask, k)
             assert any(mask)
         self.batches.append(payload["request_ids"])
@@ -160,6 +193,7 @@ def source():
     seed=st.integers(0, 10_000),
     data=st.sampled_from(["uniform", "coba", "difficulty_profile"]),
     engines=st.integers(1, 3),
+    multi_turn=st.booleans(),
 )
 def test_staleness_bound_and_sample_ledger(
     tokenizer,
@@ -178,10 +212,12 @@ def test_staleness_bound_and_sample_ledger(
     seed,
     data,
     engines,
+    multi_turn,
 ):
     cfg = config_from_dict(
         {
             "steps": steps,
+            "task": {"env": "guess"} if multi_turn else {},
             "engine": {"max_concurrency": cap},
             "sampling": {"prompts_per_step": prompts, "group_size": group, "max_new_tokens": max_new},
             "algo": {"correction": "decoupled"},

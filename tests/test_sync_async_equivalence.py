@@ -28,6 +28,34 @@ ALGOS = {
     "ppo": {"name": "ppo", "advantage": "reward"},
     "gspo": {"name": "gspo"},
 }
+# multi-turn episodes with a calculator tool and per-turn credit: the same samples, losses and steps
+TOOLS = {
+    "task": {
+        "name": "calc",
+        "args": {"min_digits": 2, "max_digits": 2},
+        "env": "tools",
+        "env_args": {"tools": ["schedrl.envs.calc:calc"]},
+        "max_turns": 3,
+    },
+    "sampling": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 24, "temperature": 1.0},
+}
+
+
+def test_async_k0_trains_the_synchronous_run_with_tools(tmp_path):
+    rows = {}
+    for mode, pipeline in [("sync", {}), ("async", {"mode": "async", "backend": "local"})]:
+        algo = {"turn_credit": "return_to_go", "turn_discount": 0.8}
+        cfg = config_from_dict(
+            {**BASE, **TOOLS, "algo": algo, "pipeline": pipeline, "out_dir": str(tmp_path), "name": mode}
+        )
+        run = RunDir.create(cfg.out_dir, cfg.name)
+        train(cfg, run)
+        rows[mode] = [r for r in read_metrics(run.metrics_path) if "reward_mean" in r]
+    assert [r["step"] for r in rows["async"]] == [1, 2, 3]
+    for a, b in zip(rows["sync"], rows["async"], strict=True):
+        assert a["turns_mean"] == b["turns_mean"] >= 1
+        assert a["reward_mean"] == b["reward_mean"] and a["gen_tokens"] == b["gen_tokens"]
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-7)
 
 
 @pytest.mark.parametrize("algo", list(ALGOS))

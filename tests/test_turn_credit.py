@@ -12,7 +12,7 @@ from schedrl.algos.turn_credit import per_token, returns_to_go, turn_advantages
 from schedrl.config import ConfigError, config_from_dict
 from schedrl.engine import EngineConfig, HFEngine
 from schedrl.envs import make_env, make_task
-from schedrl.orchestrate.sync import learner_advantages
+from schedrl.orchestrate.update_batch import learner_advantages
 from schedrl.rollout.episodes import EpisodeRunner
 from schedrl.train.batch import collate, target_rows
 from schedrl.types import Request, Sample, SamplingParams
@@ -83,11 +83,11 @@ def test_learner_advantages_broadcast_or_per_turn():
     groups = torch.tensor([0, 0])
     adv = torch.tensor([0.7, -0.7])
     broadcast = config_from_dict({})
-    assert torch.equal(learner_advantages(broadcast, samples, groups, adv), adv)
+    assert torch.equal(learner_advantages(broadcast.algo, samples, groups, adv), adv)
     rtg = config_from_dict(
         {"algo": {"turn_credit": "return_to_go", "turn_discount": 0.5, "std_normalize": False}}
     )
-    rows = learner_advantages(rtg, samples, groups, adv)
+    rows = learner_advantages(rtg.algo, samples, groups, adv)
     mask = collate([s.prompt_ids for s in samples], [s.token_ids for s in samples], 0).mask.bool()
     b = (0.5 + 0.0) / 2  # group mean of G_0 = [0.5 * 1.0, 0.0]
     assert rows[0][mask[0]].tolist() == pytest.approx([0.5 - b, 0.5 - b, 1.0 - b, 1.0 - b])

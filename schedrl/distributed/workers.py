@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -53,9 +54,22 @@ class EngineWorker:
         model, self.tokenizer = load_policy(self.cfg, self.cfg.model.path, torch.device("cpu"))
         model.load_state_dict(weights)
         self.engine = make_engine(self.cfg, model, self.tokenizer, version=version)
+        if self.cfg.task.env != "single_turn":  # multi-turn: the worker runs episodes on its engine
+            from schedrl.envs import make_task
+            from schedrl.orchestrate.build import make_episodes
+            from schedrl.rollout.episode_engine import EpisodeEngine
+
+            source = make_task(self.cfg.task.name, **self.cfg.task.args)
+            runner = make_episodes(self.cfg, self.engine, self.tokenizer, source)
+            assert runner is not None
+            self.engine: Any = EpisodeEngine(runner)
         self.timeline = Recorder(name)
 
-    def add(self, requests: Sequence[Request]) -> None:
+    def add(self, requests: Sequence[Request], tasks: dict | None = None) -> None:
+        """Queue `requests`; `tasks` (id -> Task) are the tasks of multi-turn episodes among them."""
+        set_tasks = getattr(self.engine, "set_tasks", None)
+        if tasks is not None and set_tasks is not None:
+            set_tasks(tasks)
         for r in requests:
             self.engine.add(r)
 

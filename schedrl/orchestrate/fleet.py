@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from schedrl.distributed import WorkerDiedError
@@ -64,8 +64,9 @@ class EngineFleet:
     def busy(self) -> list[int]:
         return sorted({e for _, e in self.in_engine.values()})
 
-    def send(self, requests: Sequence[Request]) -> None:
-        """Hand `requests` to the engines, each group to the engine holding the fewest requests."""
+    def send(self, requests: Sequence[Request], tasks: Mapping[str, Any] | None = None) -> None:
+        """Hand `requests` to the engines, each group to the engine holding the fewest requests; `tasks`
+        (task id -> Task) go along for engines that run multi-turn episodes."""
         load = Counter(e for _, e in self.in_engine.values())
         per_engine: dict[int, list[Request]] = {}
         for _, members in by_group(requests):
@@ -75,7 +76,11 @@ class EngineFleet:
             for r in members:
                 self.in_engine[r.id] = (group_of(r), i)
         for i, reqs in sorted(per_engine.items()):
-            self.backend.call(self.engines[i], "add", reqs)
+            if tasks is None:
+                self.backend.call(self.engines[i], "add", reqs)
+            else:
+                mine = {t: tasks[t] for t in (r.task_id for r in reqs) if t is not None and t in tasks}
+                self.backend.call(self.engines[i], "add", reqs, mine)
 
     def group_of(self, request_id: str) -> str:
         return self.in_engine[request_id][0]

@@ -128,18 +128,27 @@ class Pipeline:
                 break
             g.admitted = True
             out += g.to_send()
-        self.fleet.send(out)
+        self.fleet.send(out, self._tasks())
 
     def _resend(self, groups) -> None:
         """Send every request of `groups` that is neither done nor in an engine (cut ones from their prefix)."""
-        self.fleet.send([r for g in groups for r in g.to_send() if r.id not in self.fleet.in_engine])
+        self.fleet.send(
+            [r for g in groups for r in g.to_send() if r.id not in self.fleet.in_engine], self._tasks()
+        )
+
+    def _tasks(self) -> dict | None:
+        """The buffered groups' tasks, for engines that run multi-turn episodes (None otherwise)."""
+        if self.cfg.task.env == "single_turn":
+            return None
+        return {g.task.id: g.task for g in self.groups.values()}
 
     def _resend_cut(self) -> None:
         self._resend(g for g in self.groups.values() if g.admitted and not g.complete)
 
     # ---- engine results ---------------------------------------------------------------------
     def _on_samples(self, samples: list[Sample]) -> None:
-        finished = [s for s in samples if s.finish_reason != "aborted"]
+        # an episode comes scored by its environment; everything else is scored here
+        finished = [s for s in samples if s.finish_reason != "aborted" and s.reward is None]
         tasks = {t.id: t for t in (self.groups[self.fleet.group_of(s.request_id)].task for s in finished)}
         rewards = self.c.scorer(tasks, finished) if finished else []
         for s in samples:
@@ -148,6 +157,9 @@ class Pipeline:
                 g.partial[s.sample_index] = s
         for s, r in zip(finished, rewards, strict=True):
             self.groups[group_of(s)].done[s.sample_index] = s.with_reward(r)
+        for s in samples:
+            if s.finish_reason != "aborted" and s.reward is not None:
+                self.groups[group_of(s)].done[s.sample_index] = s
 
     def _on_restart(self, index: int, group_ids: set[str]) -> None:
         """Engine `index` was replaced: send every request of the groups it held that is not in an engine."""

@@ -12,7 +12,6 @@ import time
 import torch
 
 from schedrl.algos import registry
-from schedrl.algos.turn_credit import per_token, turn_advantages
 from schedrl.config import RunConfig
 from schedrl.data import scored_groups
 from schedrl.orchestrate.after_update import StepCallback, after_update
@@ -20,29 +19,15 @@ from schedrl.orchestrate.build import Components, build, sampling_params, save_r
 from schedrl.orchestrate.evaluate import run_eval
 from schedrl.orchestrate.pipeline import run_pipeline
 from schedrl.orchestrate.step_metrics import rollout_metrics, timing_metrics
+from schedrl.orchestrate.update_batch import learner_advantages
 from schedrl.rollout import group_index, group_requests
 from schedrl.timeline import TIMELINE_FILE, Recorder, append_spans
-from schedrl.train.batch import collate, target_rows
+from schedrl.train.batch import collate
 from schedrl.train.checkpoint import save_checkpoint
 from schedrl.train.run_dir import RunDir, plot_reward_curve, read_metrics
 from schedrl.train.sft import sft_warmup
 
 log = logging.getLogger(__name__)
-
-
-def learner_advantages(
-    cfg: RunConfig, samples: list, groups: torch.Tensor, adv: torch.Tensor
-) -> torch.Tensor:
-    """The group advantages (B,), or with `algo.turn_credit: return_to_go` one per token (B, L-1)."""
-    if cfg.algo.turn_credit == "broadcast":
-        return adv
-    turn_rewards = [s.turn_rewards if s.turn_rewards is not None else (s.reward,) for s in samples]
-    per_turn = turn_advantages(turn_rewards, groups, cfg.algo.turn_discount, cfg.algo.std_normalize)
-    tokens = [
-        per_token(a, s.turns if s.turns is not None else [0] * len(s.token_ids))
-        for a, s in zip(per_turn, samples, strict=True)
-    ]
-    return target_rows([s.prompt_ids for s in samples], [s.token_ids for s in samples], tokens)
 
 
 def rl_step(c: Components, step: int) -> dict[str, float]:
@@ -70,7 +55,7 @@ def rl_step(c: Components, step: int) -> dict[str, float]:
         [s.logprobs for s in samples],
         train_mask=[s.trained for s in samples] if any(s.trained is not None for s in samples) else None,
     )
-    stats = c.learner.update(batch, learner_advantages(cfg, samples, groups, adv), step)
+    stats = c.learner.update(batch, learner_advantages(cfg.algo, samples, groups, adv), step)
     c.engine.update_weights(c.model.state_dict(), version=step + 1)
     t_end = time.perf_counter()
     metrics = rollout_metrics(samples, rewards, groups)

@@ -10,12 +10,30 @@ from dataclasses import dataclass
 import torch
 
 from schedrl.algos import registry
+from schedrl.algos.turn_credit import per_token, turn_advantages
 from schedrl.config import AlgoConfig
 from schedrl.orchestrate.buffer import Group
 from schedrl.orchestrate.staleness import StalenessBound
 from schedrl.orchestrate.step_metrics import rollout_metrics
 from schedrl.rollout import group_index
+from schedrl.train.batch import target_rows
 from schedrl.types import Sample
+
+
+def learner_advantages(
+    algo: AlgoConfig, samples: Sequence[Sample], groups: torch.Tensor, adv: torch.Tensor
+) -> torch.Tensor:
+    """What the learner trains on: the group advantages (B,), or with `algo.turn_credit: return_to_go`
+    one per token (B, L-1), each token its turn's (see `schedrl.algos.turn_credit`)."""
+    if algo.turn_credit == "broadcast":
+        return adv
+    turn_rewards = [s.turn_rewards if s.turn_rewards is not None else (s.reward or 0.0,) for s in samples]
+    per_turn = turn_advantages(turn_rewards, groups, algo.turn_discount, algo.std_normalize)
+    tokens = [
+        per_token(a, s.turns if s.turns is not None else [0] * len(s.token_ids))
+        for a, s in zip(per_turn, samples, strict=True)
+    ]
+    return target_rows([s.prompt_ids for s in samples], [s.token_ids for s in samples], tokens)
 
 
 @dataclass
@@ -26,6 +44,7 @@ class UpdateBatch:
     rewards: torch.Tensor  # (B,)
     groups: torch.Tensor  # (B,) group index of each sample
     adv: torch.Tensor  # (B,) group advantages
+    learner_adv: torch.Tensor  # what the learner trains on: `adv`, or (B, L-1) per-turn ones
 
     @classmethod
     def of(cls, groups: Sequence[Group], update: int, bound: StalenessBound, stale: str, algo: AlgoConfig):
@@ -40,7 +59,7 @@ class UpdateBatch:
         rewards = torch.tensor([smp.reward for smp in samples])
         index = group_index(samples)
         adv = registry.get("advantage", algo.advantage)(rewards, index, std_normalize=algo.std_normalize)
-        return cls(update, samples, masks, rewards, index, adv)
+        return cls(update, samples, masks, rewards, index, adv, learner_advantages(algo, samples, index, adv))
 
     def payload(self, max_staleness: int) -> dict:
         """What the learner worker's `update` reads: plain lists, so it crosses process boundaries."""
@@ -51,7 +70,7 @@ class UpdateBatch:
             "logprobs": [list(x.logprobs) for x in s],
             "versions": [list(x.versions) for x in s],
             "train_mask": self.masks,
-            "advantages": self.adv.tolist(),
+            "advantages": self.learner_adv.tolist(),
             "request_ids": [x.request_id for x in s],
             "max_staleness": max_staleness,
         }

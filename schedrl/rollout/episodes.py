@@ -54,6 +54,8 @@ class _Episode:
     kept: bool = False  # ... and whether that request parks its keys and values
     started: float = 0.0
     ended: float = 0.0
+    suspended: bool = False  # cut (`suspend`): its answers wait, nothing of it is admitted
+    cut: Sample | None = None  # the partial model turn an abort took out of the engine, to resume
 
 
 @dataclass
@@ -110,11 +112,20 @@ class EpisodeRunner:
         self.last_stats: dict[str, float] = {}
         self.last_turns: list[int] = []  # model turns of each episode of the last `run`
         self.tool_counts: Counter[str] = Counter()  # tool-call outcomes (ok, malformed, timeout, ...) so far
+        self._active: dict[str, _Episode] = {}  # episodes started and not ended, by request id
+        self._waiting: dict[concurrent.futures.Future, _Pending] = {}  # environment calls in flight
+        self._in_engine: dict[str, _Episode] = {}  # model-turn request id -> its episode
+        self._ended: list[_Episode] = []  # ended since the last `advance` returned
+        self._closing: list[concurrent.futures.Future] = []  # environments' `close` calls in flight
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="environments", daemon=True)
         self._thread.start()
 
     def close(self) -> None:
+        """Wait for the environments still closing (each under `env_timeout_s`), then stop the loop."""
+        if self._closing:
+            concurrent.futures.wait(self._closing, timeout=self.env_timeout_s)
+            self._check_closed()
         if self.loop.is_running():
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=5)
@@ -129,54 +140,119 @@ class EpisodeRunner:
     def run(self, requests: Sequence[Request], tasks: dict[str, Task]) -> list[Sample]:
         """One episode per request (its task from `tasks`); the samples come back in request order, each
         with its reward, its ledger's completion and the trained mask of its tokens."""
-        episodes = {r.id: _Episode(r, tasks[task_of(r)], self.make_env()) for r in requests}
         before = self._engine_counters()
         self.peak_cached_tokens = 0
-        waiting: dict[concurrent.futures.Future, _Pending] = {}
-        for ep in episodes.values():
-            ep.started = self.clock.now()
-            self._call(waiting, ep, "reset", ep.env.reset(ep.task, ep.request.params.seed or 0))
-        in_engine: dict[str, _Episode] = {}
-        lockstep = self.tool_wait.lockstep
-        while waiting or in_engine:
-            now = self.clock.now()
-            arrivals = {f: self.clock.arrival(p.submitted, f) for f, p in waiting.items() if f.done()}
-            ready = sorted((f for f, t in arrivals.items() if t <= now), key=arrivals.__getitem__)
-            if lockstep and (in_engine or len(ready) < len(waiting)):
-                ready = []  # the batch moves on together, once every environment has answered
-            if not ready and not in_engine:  # nothing to decode: wait for the environments
-                self._idle(waiting, arrivals, lockstep)
-                continue
-            for f in ready:
-                p = waiting.pop(f)
-                try:
-                    self._on_env(p, f, in_engine)
-                except Exception:  # a bad answer (wrong type, bad source, nothing to prompt with) ends it
-                    self.env_errors += 1
-                    self._end(p.ep, 0.0)
-            if in_engine:
-                finished = self.engine.step()
-                self.clock.charge(getattr(self.engine, "last_step", StepStats()))
-                self.peak_cached_tokens = max(
-                    self.peak_cached_tokens, getattr(self.engine, "num_cached_tokens", 0)
-                )
-                for s in finished:
-                    ep = in_engine.pop(s.request_id)
-                    self._on_model_turn(ep, s, waiting)
-        for ep in episodes.values():
-            try:
-                self._submit(ep.env.close()).result()
-            except Exception:  # a failing close must not lose the episodes
-                self.env_errors += 1
-        self.last_latencies = [ep.ended - ep.started for ep in episodes.values()]
+        episodes = self.start(requests, tasks)
+        while any(not ep.done for ep in episodes):
+            self.advance()
+        for f in self._closing:  # every environment of the batch is closed before the samples go out
+            concurrent.futures.wait([f])
+        self._check_closed()
+        self.last_latencies = [ep.ended - ep.started for ep in episodes]
         after = self._engine_counters()
         self.last_stats = {k: float(after[k] - before[k]) for k in after}
         self.last_stats["peak_cached_tokens"] = float(self.peak_cached_tokens)
-        self.last_turns = [
-            len({t for t, m in zip(ep.ledger.turns, ep.ledger.trained, strict=True) if m})
-            for ep in episodes.values()
-        ]
-        return [self._sample(episodes[r.id]) for r in requests]
+        self.last_turns = [self._model_turns(ep) for ep in episodes]
+        return [self.sample(ep) for ep in episodes]
+
+    # ---- incremental: what `run` is made of, and what an engine worker drives ------------------
+    def start(self, requests: Sequence[Request], tasks: dict[str, Task]) -> list[_Episode]:
+        """Begin one episode per request (reset on the event loop); `advance` moves them on."""
+        new = []
+        for r in requests:
+            if r.id in self._active:
+                raise ValueError(f"episode {r.id!r} is already running")
+            ep = _Episode(r, tasks[task_of(r)], self.make_env())
+            ep.started = self.clock.now()
+            self._active[r.id] = ep
+            new.append(ep)
+            self._call(ep, "reset", ep.env.reset(ep.task, r.params.seed or 0))
+        return new
+
+    def has_unfinished(self) -> bool:
+        """Whether an episode that is not suspended still runs."""
+        return any(not ep.suspended for ep in self._active.values())
+
+    def advance(self) -> list[_Episode]:
+        """Hand over the environments' answers that arrived, run one engine step; returns the episodes that
+        ended. With nothing to decode it waits for the first answer (every answer, under lockstep)."""
+        waiting = {f: p for f, p in self._waiting.items() if not p.ep.suspended}
+        now = self.clock.now()
+        arrivals = {f: self.clock.arrival(p.submitted, f) for f, p in waiting.items() if f.done()}
+        ready = sorted((f for f, t in arrivals.items() if t <= now), key=arrivals.__getitem__)
+        lockstep = self.tool_wait.lockstep
+        if lockstep and (self._in_engine or len(ready) < len(waiting)):
+            ready = []  # the batch moves on together, once every environment has answered
+        if not ready and not self._in_engine:  # nothing to decode: wait for the environments
+            if waiting:
+                self._idle(waiting, arrivals, lockstep)
+            return self._collect_ended()
+        for f in ready:
+            p = self._waiting.pop(f)
+            try:
+                self._on_env(p, f)
+            except Exception:  # a bad answer (wrong type, bad source, nothing to prompt with) ends it
+                self.env_errors += 1
+                self._end(p.ep, 0.0)
+        if self._in_engine:
+            finished = self.engine.step()
+            self.clock.charge(getattr(self.engine, "last_step", StepStats()))
+            self.peak_cached_tokens = max(
+                self.peak_cached_tokens, getattr(self.engine, "num_cached_tokens", 0)
+            )
+            for s in finished:
+                self._on_model_turn(self._in_engine.pop(s.request_id), s)
+        self._check_closed()
+        return self._collect_ended()
+
+    def suspend(self, episode_id: str) -> _Episode:
+        """Cut an episode: its model turn leaves the engine (kept, to resume from), its environment's answer
+        waits; nothing of it runs until `resume`."""
+        ep = self._active[episode_id]
+        ep.suspended = True
+        if ep.last_turn in self._in_engine:
+            del self._in_engine[ep.last_turn]
+            ep.cut = self.engine.abort(ep.last_turn)
+            ep.kept = False  # an aborted request does not park
+        return ep
+
+    def resume(self, episode_id: str) -> None:
+        """Go on with a suspended episode exactly where it was cut (a cut turn from its tokens)."""
+        ep = self._active[episode_id]
+        ep.suspended = False
+        if ep.cut is not None:
+            turn = Request.resume(ep.cut)
+            ep.cut = None
+            self.engine.add(turn)
+            self._in_engine[turn.id] = ep
+
+    def is_suspended(self, episode_id: str) -> bool:
+        ep = self._active.get(episode_id)
+        return ep is not None and ep.suspended
+
+    def in_engine_ids(self) -> list[str]:
+        """Episodes with a model turn in the engine."""
+        return [ep.request.id for ep in self._in_engine.values()]
+
+    def waiting_ids(self) -> list[str]:
+        """Episodes (not suspended) waiting on their environment."""
+        busy = {ep.request.id for ep in self._in_engine.values()}
+        return [i for i, ep in self._active.items() if not ep.suspended and i not in busy]
+
+    def _collect_ended(self) -> list[_Episode]:
+        ended = self._ended
+        self._ended = []
+        return ended
+
+    def _check_closed(self) -> None:
+        for f in [f for f in self._closing if f.done()]:
+            self._closing.remove(f)
+            if f.exception() is not None:  # a failing close must not lose the episodes
+                self.env_errors += 1
+
+    @staticmethod
+    def _model_turns(ep: _Episode) -> int:
+        return len({t for t, m in zip(ep.ledger.turns, ep.ledger.trained, strict=True) if m})
 
     def _engine_counters(self) -> dict[str, int]:
         names = {"prefill_tokens": "num_prefill_tokens", "kv_reused_tokens": "num_reused"}
@@ -184,11 +260,11 @@ class EpisodeRunner:
         return {k: int(getattr(self.engine, n, 0)) for k, n in names.items()}
 
     # ---- events -----------------------------------------------------------------------------
-    def _call(self, waiting: dict, ep: _Episode, kind: str, coro) -> None:
+    def _call(self, ep: _Episode, kind: str, coro) -> None:
         f = self._submit(coro)
         if self.clock.virtual:  # answers at once, with their latency: wait for it so runs are deterministic
             concurrent.futures.wait([f])
-        waiting[f] = _Pending(ep, kind, self.clock.now())
+        self._waiting[f] = _Pending(ep, kind, self.clock.now())
 
     def _idle(self, waiting: dict, arrivals: dict, lockstep: bool) -> None:
         if self.clock.virtual:
@@ -199,13 +275,23 @@ class EpisodeRunner:
         concurrent.futures.wait(list(waiting), return_when=until)
 
     def _end(self, ep: _Episode, reward: float | None = None) -> None:
+        if ep.done:  # ended already (a failure found after the end overrules its reward)
+            if reward is not None:
+                ep.reward, ep.turn_rewards = reward, []
+            return
         ep.done, ep.ended = True, self.clock.now()
+        self._active.pop(ep.request.id, None)
+        self._ended.append(ep)
+        try:
+            self._closing.append(self._submit(ep.env.close()))
+        except Exception:  # a close that cannot even start
+            self.env_errors += 1
         if reward is not None:  # the episode's reward is overruled (a failure scores 0): so are its turns'
             ep.reward, ep.turn_rewards = reward, []
         if ep.kept and ep.last_turn is not None and isinstance(self.engine, ParkingEngine):
             self.engine.evict(ep.last_turn)
 
-    def _on_env(self, p: _Pending, future: concurrent.futures.Future, in_engine: dict) -> None:
+    def _on_env(self, p: _Pending, future: concurrent.futures.Future) -> None:
         ep = p.ep
         try:
             out = future.result()
@@ -243,9 +329,9 @@ class EpisodeRunner:
             )
             self.tool_wait.observe(back)
             priority = self.tool_wait.priority(back)
-        self._next_turn(ep, in_engine, priority)
+        self._next_turn(ep, priority)
 
-    def _next_turn(self, ep: _Episode, in_engine: dict, priority: float = 0.0) -> None:
+    def _next_turn(self, ep: _Episode, priority: float = 0.0) -> None:
         left = ep.request.params.max_new_tokens - ep.ledger.num_model_tokens
         if left <= 0 or ep.ledger.turn >= self.max_turns:
             ep.finish = "length"
@@ -277,16 +363,17 @@ class EpisodeRunner:
             self._end(ep)
             return
         ep.last_turn, ep.kept = turn.id, keep_s > 0
-        in_engine[turn.id] = ep
+        self._in_engine[turn.id] = ep
 
-    def _on_model_turn(self, ep: _Episode, s: Sample, waiting: dict) -> None:
+    def _on_model_turn(self, ep: _Episode, s: Sample) -> None:
         ep.ledger.append_model(s.token_ids, s.logprobs, s.versions)
         ep.text += s.text
         if s.finish_reason == "length" and ep.ledger.num_model_tokens >= ep.request.params.max_new_tokens:
             ep.finish = "length"
-        self._call(waiting, ep, "step", ep.env.step(s.text))
+        self._call(ep, "step", ep.env.step(s.text))
 
-    def _sample(self, ep: _Episode) -> Sample:
+    def sample(self, ep: _Episode) -> Sample:
+        """The episode as a training sample: its ledger after the prompt, reward, mask, turns."""
         ids, trained, logprobs, versions = ep.ledger.completion()
         model_turns = len({t for t, m in zip(ep.ledger.turns, ep.ledger.trained, strict=True) if m})
         # a turn the environment never answered (it failed, the episode was cut) has reward 0

@@ -111,11 +111,9 @@ class StepRollout:
                 f"every one of the step's {len(samples)} episodes ended before the model's first token "
                 f"(environment errors so far: {self.episodes.env_errors}); check the environment's reset"
             )
-        turns = self.episodes.last_turns
         stats = {
             "env_errors": float(self.episodes.env_errors),
             "episodes_dropped": float(len(samples) - len(kept)),
-            "turns_mean": sum(turns) / max(1, len(turns)),
             **self.episodes.last_stats,
             **{f"tool/{k}": float(v) for k, v in sorted(self.episodes.tool_counts.items())},
         }
