@@ -41,6 +41,7 @@ class TaskConfig:
     # cap of each environment or tool answer, in tokens (head and tail kept)
     max_observation_tokens: int = 256
     env_timeout_s: float = 60.0  # an environment call (reset, step, close) past this ends its episode
+    max_env_error_rate: float = 0.05  # stop when environments fail on more than this fraction of episodes
     max_turn_tokens: int | None = None  # budget of one model turn; None: what is left of max_new_tokens
     # what a trajectory holds while it waits on its environment: release, pin, priority or lockstep
     tool_wait: str = "release"
@@ -244,6 +245,7 @@ _NON_NEGATIVE = {
     "eval.every",
     "eval.temperature",
     "max_reward_error_rate",
+    "task.max_env_error_rate",
 }
 
 
@@ -421,6 +423,10 @@ def _validate_rollout(cfg: RunConfig) -> None:
         raise ConfigError(
             "config field 'algo.turn_credit' is 'return_to_go': it replaces the group advantage with one per "
             f"turn and needs algo.advantage 'grpo', got {cfg.algo.advantage!r}"
+        )
+    if cfg.task.max_env_error_rate > 1:
+        raise ConfigError(
+            f"config field 'task.max_env_error_rate' must be in [0, 1], got {cfg.task.max_env_error_rate!r}"
         )
     if cfg.task.max_turn_tokens is not None and cfg.task.max_turn_tokens <= 0:
         raise ConfigError(

@@ -231,3 +231,35 @@ def test_an_environment_past_its_timeout_ends_its_episode(model, tokenizer):
     finally:
         runner.close()
     assert [s.reward for s in samples] == [0.0, 0.0] and runner.env_errors == 2
+
+
+def test_the_run_stops_when_environments_fail_above_the_configured_rate(model, tokenizer):
+    from schedrl.rollout.episodes import EnvironmentFailure
+
+    tasks = make_task("addition").sample("train", 6, seed=0)
+    flaky = iter([OneCall(fail=i % 2 == 0) for i in range(6)])  # every other episode's tool server is gone
+    engine = HFEngine(model, tokenizer, EngineConfig(max_concurrency=4))
+    runner = EpisodeRunner(
+        engine, tokenizer, lambda: next(flaky), max_turns=3, max_error_rate=0.3, min_episodes=4
+    )
+    try:
+        with pytest.raises(
+            EnvironmentFailure,
+            match=r"failed 2 times in 4 episodes \(50.0%\), above task.max_env_error_rate=0.3",
+        ):
+            runner.run(_requests(tokenizer, tasks), {t.id: t for t in tasks})
+        assert "ConnectionError: the tool server went away" in (runner.last_env_error or "")
+    finally:
+        runner.close()
+    calm = iter([OneCall(fail=i == 0) for i in range(6)])  # one failure in six: under the rate
+    engine = HFEngine(
+        model, tokenizer, EngineConfig(max_concurrency=4)
+    )  # the stopped run left turns in the last
+    runner = EpisodeRunner(
+        engine, tokenizer, lambda: next(calm), max_turns=3, max_error_rate=0.3, min_episodes=4
+    )
+    try:
+        samples = runner.run(_requests(tokenizer, tasks), {t.id: t for t in tasks})
+        assert runner.env_errors == 1 and len(samples) == 6
+    finally:
+        runner.close()

@@ -140,6 +140,7 @@ def make_episodes(cfg: RunConfig, engine: Engine, tokenizer: Any, source: TaskSo
         t.env_timeout_s,
         t.max_turn_tokens,
         make_tool_wait_policy(cfg),
+        max_error_rate=t.max_env_error_rate,
     )
 
 

@@ -15,7 +15,9 @@ returning turn ahead of fresh ones, and `lockstep` holds every answer until the 
 
 Bad input ends an episode, never the run: an environment that raises, answers with the wrong type
 or takes longer than `env_timeout_s` scores 0 and is counted (`env_errors`); a history that
-outgrows the engine's context ends with finish reason "length".
+outgrows the engine's context ends with finish reason "length". Above `max_error_rate` errors per
+ended episode (after `min_episodes`) the run stops with `EnvironmentFailure`: a broken environment
+must not train a policy on zeros.
 """
 
 from __future__ import annotations
@@ -67,6 +69,10 @@ class _Pending:
     submitted: float
 
 
+class EnvironmentFailure(RuntimeError):
+    """The environments failed on more episodes than the run allows."""
+
+
 class EpisodeRunner:
     """Runs multi-turn episodes of `make_env()` environments on `engine`.
 
@@ -87,6 +93,8 @@ class EpisodeRunner:
         max_turn_tokens: int | None = None,
         tool_wait: ToolWaitPolicy | None = None,
         clock: Any = None,
+        max_error_rate: float = 0.05,
+        min_episodes: int = 50,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"EpisodeRunner.max_turns must be >= 1, got {max_turns!r}")
@@ -106,6 +114,11 @@ class EpisodeRunner:
                 f"which {type(engine).__name__} cannot (it is not a ParkingEngine); use release or priority"
             )
         self.env_errors = 0
+        self.episodes_ended = 0
+        if not 0 <= max_error_rate <= 1:
+            raise ValueError(f"EpisodeRunner.max_error_rate must be in [0, 1], got {max_error_rate!r}")
+        self.max_error_rate, self.min_episodes = max_error_rate, min_episodes
+        self.last_env_error: str | None = None
         self.last_latencies: list[float] = []  # seconds from reset to the end, per episode of the last `run`
         self.peak_cached_tokens = 0  # most tokens the engine held keys and values for, in the last `run`
         # engine work of the last `run`: prefill_tokens, kv_reused_tokens, kv_evicted, peak_cached_tokens
@@ -191,8 +204,8 @@ class EpisodeRunner:
             p = self._waiting.pop(f)
             try:
                 self._on_env(p, f)
-            except Exception:  # a bad answer (wrong type, bad source, nothing to prompt with) ends it
-                self.env_errors += 1
+            except Exception as err:  # a bad answer (wrong type, bad source, nothing to prompt with) ends it
+                self._env_error(p.ep, f"{p.kind}", err)
                 self._end(p.ep, 0.0)
         if self._in_engine:
             finished = self.engine.step()
@@ -203,7 +216,23 @@ class EpisodeRunner:
             for s in finished:
                 self._on_model_turn(self._in_engine.pop(s.request_id), s)
         self._check_closed()
+        self._check_error_rate()
         return self._collect_ended()
+
+    def _env_error(self, ep: _Episode | None, call: str, err: BaseException) -> None:
+        self.env_errors += 1
+        what = f"episode {ep.request.id!r} " if ep is not None else ""
+        kind = "timed out" if isinstance(err, TimeoutError) else f"{type(err).__name__}: {err}"
+        self.last_env_error = f"{what}{call}: {kind}"
+
+    def _check_error_rate(self) -> None:
+        rate = self.env_errors / max(1, self.episodes_ended)
+        if self.episodes_ended >= self.min_episodes and rate > self.max_error_rate:
+            raise EnvironmentFailure(
+                f"the environment failed {self.env_errors} times in {self.episodes_ended} episodes "
+                f"({rate:.1%}), above task.max_env_error_rate={self.max_error_rate}; last error: "
+                f"{self.last_env_error}"
+            )
 
     def suspend(self, episode_id: str) -> _Episode:
         """Cut an episode: its model turn leaves the engine (kept, to resume from), its environment's answer
@@ -247,8 +276,9 @@ class EpisodeRunner:
     def _check_closed(self) -> None:
         for f in [f for f in self._closing if f.done()]:
             self._closing.remove(f)
-            if f.exception() is not None:  # a failing close must not lose the episodes
-                self.env_errors += 1
+            err = f.exception()
+            if err is not None:  # a failing close must not lose the episodes
+                self._env_error(None, "close", err)
 
     @staticmethod
     def _model_turns(ep: _Episode) -> int:
@@ -280,12 +310,13 @@ class EpisodeRunner:
                 ep.reward, ep.turn_rewards = reward, []
             return
         ep.done, ep.ended = True, self.clock.now()
+        self.episodes_ended += 1
         self._active.pop(ep.request.id, None)
         self._ended.append(ep)
         try:
             self._closing.append(self._submit(ep.env.close()))
-        except Exception:  # a close that cannot even start
-            self.env_errors += 1
+        except Exception as err:  # a close that cannot even start
+            self._env_error(ep, "close", err)
         if reward is not None:  # the episode's reward is overruled (a failure scores 0): so are its turns'
             ep.reward, ep.turn_rewards = reward, []
         if ep.kept and ep.last_turn is not None and isinstance(self.engine, ParkingEngine):
@@ -295,8 +326,8 @@ class EpisodeRunner:
         ep = p.ep
         try:
             out = future.result()
-        except Exception:  # the environment's failure ends its episode with reward 0, counted
-            self.env_errors += 1
+        except Exception as err:  # the environment's failure ends its episode with reward 0, counted
+            self._env_error(ep, p.kind, err)
             self._end(ep, 0.0)
             return
         priority = 0.0
