@@ -24,22 +24,25 @@ def test_returns_to_go_in_closed_form():
     assert returns_to_go([1.0], 0.0) == [1.0]
 
 
-def test_one_group_baseline_for_every_turn_whatever_the_turn_count():
+def test_per_turn_baselines_in_closed_form_with_ended_trajectories_at_zero():
     # group 0: a 3-turn and a 1-turn trajectory; group 1: two 2-turn ones
     rewards = [[0.2, 0.0, 1.0], [0.0], [0.5, 0.5], [0.0, 0.0]]
     groups = torch.tensor([0, 0, 1, 1])
     adv = turn_advantages(rewards, groups, gamma=0.5, std_normalize=False)
-    g0 = [0.45, 0.0]  # episode returns of group 0
-    b = sum(g0) / 2
-    assert adv[0] == pytest.approx([0.45 - b, 0.5 - b, 1.0 - b])
-    assert adv[1] == pytest.approx([0.0 - b])
-    b1 = (0.75 + 0.0) / 2
-    assert adv[2] == pytest.approx([0.75 - b1, 0.5 - b1]) and adv[3] == pytest.approx([-b1, -b1])
+    g = [0.45, 0.5, 1.0]  # returns-to-go of trajectory 0; trajectory 1 has G_0 = 0 and stops
+    b = [(g[0] + 0.0) / 2, (g[1] + 0.0) / 2, (g[2] + 0.0) / 2]  # the stopped one counts 0 at turns 1, 2
+    assert adv[0] == pytest.approx([g[t] - b[t] for t in range(3)])
+    assert adv[1] == pytest.approx([0.0 - b[0]])
+    b1 = [(0.75 + 0.0) / 2, (0.5 + 0.0) / 2]
+    assert adv[2] == pytest.approx([0.75 - b1[0], 0.5 - b1[1]]) and adv[3] == pytest.approx([-b1[0], -b1[1]])
     scaled = turn_advantages(rewards, groups, gamma=0.5, std_normalize=True, eps=0.0)
-    std0 = math.sqrt(((0.45 - b) ** 2 + (0.0 - b) ** 2) / 1)  # unbiased std of the group's returns
-    assert scaled[0] == pytest.approx([(x) / std0 for x in adv[0]])
-    # the baseline of a turn does not depend on how many turns the trajectory took: adding a fourth,
-    # zero-reward turn to trajectory 0 leaves every advantage of its group unchanged
+    std0 = math.sqrt(((0.45 - b[0]) ** 2 + (0.0 - b[0]) ** 2) / 1)  # unbiased std of the group's G_0
+    assert scaled[0] == pytest.approx([x / std0 for x in adv[0]])
+    # every turn index of a group averages to zero: no turn is pushed down for coming late
+    for t in range(2):
+        assert adv[2][t] + adv[3][t] == pytest.approx(0.0)
+    # the baseline of a turn is not a sum over the trajectory's own later turns: adding a fourth,
+    # zero-reward turn to trajectory 0 leaves every earlier advantage of its group unchanged
     longer = turn_advantages(
         [[0.2, 0.0, 1.0, 0.0], [0.0]], torch.tensor([0, 0]), gamma=1.0, std_normalize=False
     )
@@ -89,9 +92,9 @@ def test_learner_advantages_broadcast_or_per_turn():
     )
     rows = learner_advantages(rtg.algo, samples, groups, adv)
     mask = collate([s.prompt_ids for s in samples], [s.token_ids for s in samples], 0).mask.bool()
-    b = (0.5 + 0.0) / 2  # group mean of G_0 = [0.5 * 1.0, 0.0]
-    assert rows[0][mask[0]].tolist() == pytest.approx([0.5 - b, 0.5 - b, 1.0 - b, 1.0 - b])
-    assert rows[1][mask[1]].tolist() == pytest.approx([-b, -b])
+    b0, b1 = (0.5 + 0.0) / 2, (1.0 + 0.0) / 2  # G = [0.5, 1.0] and [0.0]: turn 1 of the second counts 0
+    assert rows[0][mask[0]].tolist() == pytest.approx([0.5 - b0, 0.5 - b0, 1.0 - b1, 1.0 - b1])
+    assert rows[1][mask[1]].tolist() == pytest.approx([-b0, -b0])
 
 
 def test_episodes_record_each_turns_reward_and_tokens(model, tokenizer):

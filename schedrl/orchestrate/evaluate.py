@@ -41,7 +41,8 @@ def evaluate(
             samples = engine.generate(requests)
             return samples, scorer(by_id, samples)
         samples = episodes.run(requests, by_id)
-        return samples, [s.reward or 0.0 for s in samples]
+        # an episode is judged on its outcome, the last turn's reward, not on shaping rewards before it
+        return samples, [s.turn_rewards[-1] if s.turn_rewards else (s.reward or 0.0) for s in samples]
 
     greedy, greedy_rewards = play(
         group_requests(
