@@ -226,6 +226,7 @@ def test_make_task_errors() -> None:
         "tiered",
         "calc",
         "guess",
+        "linear_code",
     }
 
 

@@ -10,6 +10,7 @@ from schedrl.dotted import load_object
 from schedrl.envs.addition import AdditionTask
 from schedrl.envs.base import TaskSource
 from schedrl.envs.calc import CalcTask
+from schedrl.envs.code_task import LinearCodeTask
 from schedrl.envs.countdown import CountdownTask
 from schedrl.envs.digits import ReverseDigitsTask, SortDigitsTask
 from schedrl.envs.environment import Environment, SingleTurnEnv, build_environment
@@ -31,6 +32,7 @@ for _name, _factory in (
     ("file", FileTask),
     ("calc", CalcTask),
     ("guess", GuessTask),
+    ("linear_code", LinearCodeTask),
 ):
     TASKS.add(_name, _factory)
 

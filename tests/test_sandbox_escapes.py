@@ -1,0 +1,271 @@
+"""The escape suite: every attack is blocked and leaves nothing behind (no process, file or mount).
+
+It needs root (namespaces, a uid switch); `Sandbox` refuses to run without it, and these tests are
+skipped there with that reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from schedrl.sandbox import Limits, Sandbox, SandboxPool, SandboxUnavailable
+from schedrl.sandbox.sandbox import BASE_DIR
+
+try:
+    Sandbox(slot=40)
+    REASON = ""
+except SandboxUnavailable as err:
+    REASON = str(err)
+pytestmark = pytest.mark.skipif(bool(REASON), reason=REASON)
+
+
+def _mounts() -> list[str]:
+    return sorted(
+        line.split(" - ")[0].split(" ", 4)[4]
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+    )
+
+
+@pytest.fixture
+def box():
+    before = _mounts()
+    b = Sandbox(slot=41)
+    yield b
+    # nothing left behind: no process of its uid, no working directory, no mount
+    assert subprocess.run(["pgrep", "-U", str(b.uid)], capture_output=True).returncode == 1, (
+        "a process survived"
+    )
+    assert not [p for p in BASE_DIR.iterdir() if p.name.startswith(f"run-{b.uid}-")], "a directory survived"
+    assert _mounts() == before, "a mount survived"
+
+
+def test_a_plain_run_returns_output_exit_code_and_time(box):
+    r = box.run(
+        code="import sys; print('hi'); print('err', file=sys.stderr); sys.exit(3)", files={"a.txt": "x"}
+    )
+    assert (r.stdout, r.stderr.strip(), r.exit_code, r.timed_out, r.oom) == ("hi\n", "err", 3, False, False)
+    assert r.wall_s < 5
+    r = box.run(
+        code="import os; print(os.getuid(), sorted(os.listdir('.')), open('a.txt').read())",
+        files={"a.txt": "x"},
+    )
+    assert r.stdout.split(" ", 1)[0] == str(box.uid) and "['a.txt', 'main.py'] x" in r.stdout
+
+
+def test_fork_bomb(box):
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    r = box.run(code=code, limits=Limits(wall_s=3, processes=16, cpu_s=2))
+    assert not r.ok
+
+
+def test_double_forked_daemon_does_not_outlive_the_run(box):
+    code = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        time.sleep(30)\n"
+        "    os._exit(0)\n"
+        "print('parent done')\n"
+    )
+    r = box.run(code=code, limits=Limits(wall_s=5))
+    assert (
+        r.stdout == "parent done\n" and r.wall_s < 4
+    )  # the run ends with its first process; the fixture checks
+
+
+def test_no_connection_to_a_listener_on_the_hosts_loopback(box):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.5)
+    port = server.getsockname()[1]
+    code = (
+        "import socket\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {port}), timeout=2); print('connected')\n"
+        "except OSError as e:\n"
+        "    print('blocked', type(e).__name__)\n"
+    )
+    try:
+        r = box.run(code=code)
+        with pytest.raises(TimeoutError):
+            server.accept()
+    finally:
+        server.close()
+    assert r.stdout.startswith("blocked")
+
+
+def test_dns_lookup_fails(box):
+    code = "import socket\ntry:\n    print(socket.getaddrinfo('example.com', 80))\nexcept OSError as e:\n    print('blocked')\n"
+    assert box.run(code=code).stdout == "blocked\n"
+
+
+def test_writes_outside_the_working_directory_and_symlink_escapes(box, tmp_path):
+    code = (
+        "import os\n"
+        "for path in ['/run/schedrl-escape', '/etc/schedrl-escape', '/usr/schedrl-escape']:\n"
+        "    try:\n"
+        "        open(path, 'w').write('x'); print('wrote', path)\n"
+        "    except OSError as e:\n"
+        "        print('blocked', path)\n"
+        "open('/tmp/private', 'w').write('x'); print('tmp ok')\n"
+        "os.symlink('/run', 'up')\n"
+        "try:\n"
+        "    open('up/schedrl-escape', 'w').write('x'); print('wrote via link')\n"
+        "except OSError:\n"
+        "    print('blocked link')\n"
+        "os.symlink('/etc/shadow', 'shadow')\n"
+        "try:\n"
+        "    print(open('shadow').read()[:5])\n"
+        "except OSError:\n"
+        "    print('blocked shadow')\n"
+    )
+    r = box.run(code=code)
+    assert "wrote" not in r.stdout.replace("wrote via", "") and "wrote via link" not in r.stdout, r.stdout
+    assert r.stdout.count("blocked") == 5 and "tmp ok" in r.stdout
+    for leftover in ("/run/schedrl-escape", "/etc/schedrl-escape", "/tmp/private"):
+        assert not os.path.exists(leftover)  # the private /tmp was a tmpfs of the run's own
+
+
+def test_secrets_of_the_host_stay_out_of_reach(box, monkeypatch):
+    monkeypatch.setenv("SCHEDRL_SECRET", "hunter2")
+    code = (
+        "import os\n"
+        "print(sorted(os.environ))\n"
+        "for path in ['/proc/1/environ', f'/proc/{os.getppid()}/environ', '/root']:\n"
+        "    try:\n"
+        "        data = open(path, 'rb').read() if not path.endswith('root') else os.listdir(path)\n"
+        "        print(path, 'hunter2' in str(data))\n"
+        "    except OSError:\n"
+        "        print(path, 'blocked')\n"
+        f"print(os.path.exists('/proc/{os.getpid()}'))\n"
+    )
+    r = box.run(code=code)
+    assert "hunter2" not in r.stdout and "SCHEDRL_SECRET" not in r.stdout
+    lines = r.stdout.splitlines()
+    assert (
+        set(eval(lines[0])) <= {"PATH", "LC_CTYPE"} and "/root blocked" in lines and lines[-1] == "False"
+    )  # host pids invisible
+    assert all(line.endswith(("False", "blocked")) for line in lines[1:4])
+
+
+def test_memory_cpu_and_wall_limits(box):
+    big = box.run(code="x = bytearray(2 * 1024**3)\nprint('allocated')", limits=Limits(memory_mb=256))
+    assert big.oom and "allocated" not in big.stdout
+    busy = box.run(code="while True:\n    pass", limits=Limits(cpu_s=1, wall_s=20))
+    assert not busy.ok and not busy.timed_out and busy.wall_s < 10  # RLIMIT_CPU, not the wall clock
+    sleepy = box.run(code="import time\ntime.sleep(30)", limits=Limits(wall_s=1))
+    assert sleepy.timed_out and sleepy.exit_code is None and sleepy.wall_s < 5
+
+
+def test_file_size_open_files_and_an_output_flood(box):
+    big = box.run(
+        code="f = open('big', 'wb')\nfor _ in range(1024):\n    f.write(b'x' * 1024 * 1024)\nprint('wrote 1 GB')",
+        limits=Limits(file_mb=8),
+    )
+    assert "wrote 1 GB" not in big.stdout and not big.ok
+    files = box.run(
+        code="fs = []\ntry:\n    for i in range(100_000):\n        fs.append(open(f'f{i}', 'w'))\nexcept OSError:\n    print(len(fs))",
+        limits=Limits(open_files=64),
+    )
+    assert int(files.stdout) < 64
+    flood = box.run(
+        code="import sys\nsys.stdout.write('x' * 100_000_000)", limits=Limits(output_bytes=4096, wall_s=20)
+    )
+    assert flood.truncated and len(flood.stdout) == 4096 and flood.wall_s < 15
+
+
+def test_output_that_is_not_utf8_is_decoded_with_replacement(box):
+    r = box.run(code="import sys\nsys.stdout.buffer.write(b'ok \\xff\\xfe end')")
+    assert r.stdout == "ok \ufffd\ufffd end"
+
+
+def test_two_parallel_sandboxes_cannot_read_each_other(box):
+    other = Sandbox(slot=42)
+    holder = threading.Thread(
+        target=other.run, kwargs={"code": "import time\ntime.sleep(3)", "files": {"secret.txt": "hunter2"}}
+    )
+    holder.start()
+    try:
+        deadline = time.time() + 5
+        while time.time() < deadline and not list(BASE_DIR.glob(f"run-{other.uid}-*/secret.txt")):
+            time.sleep(0.05)
+        (secret,) = BASE_DIR.glob(f"run-{other.uid}-*/secret.txt")
+        code = (
+            "import os\n"
+            f"for path in [{str(secret)!r}, {str(secret.parent)!r}, {str(BASE_DIR)!r}]:\n"
+            "    try:\n"
+            "        print(open(path).read() if path.endswith('.txt') else os.listdir(path))\n"
+            "    except OSError:\n"
+            "        print('blocked')\n"
+        )
+        r = box.run(code=code)
+    finally:
+        holder.join()
+    assert r.stdout.splitlines() == ["blocked", "blocked", "blocked"]
+
+
+def test_a_setuid_binary_runs_as_the_sandbox_uid(box):
+    suid = Path("/run/schedrl-test-suid-id")
+    shutil.copy("/usr/bin/id", suid)
+    os.chown(suid, 0, 0)
+    os.chmod(suid, 0o4755)
+    try:
+        r = box.run(argv=[str(suid), "-u"])
+    finally:
+        suid.unlink()
+    assert r.stdout.strip() == str(box.uid)  # no_new_privs: the setuid bit gives nothing
+
+
+def test_ptrace_or_kill_of_a_host_process(box):
+    victim = subprocess.Popen(["sleep", "30"])
+    code = (
+        "import ctypes, os, signal\n"
+        "try:\n"
+        f"    os.kill({victim.pid}, signal.SIGKILL); print('killed')\n"
+        "except OSError as e:\n"
+        "    print('kill blocked')\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        f"print('ptrace', libc.ptrace(16, {victim.pid}, 0, 0))\n"  # PTRACE_ATTACH
+    )
+    try:
+        r = box.run(code=code)
+        assert victim.poll() is None, "the host process was killed"
+    finally:
+        victim.kill()
+        victim.wait()
+    assert r.stdout.splitlines() == ["kill blocked", "ptrace -1"]
+
+
+def test_a_pool_runs_sandboxes_in_parallel_under_its_limit():
+    pool = SandboxPool(size=2, limits=Limits(wall_s=10))
+    start = time.perf_counter()
+    threads = [
+        threading.Thread(target=pool.run_sync, kwargs={"code": "import time\ntime.sleep(1)"})
+        for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    assert pool.runs == 4 and 2.0 <= elapsed < 3.5  # two at a time: two rounds of one second
+
+
+def test_bad_arguments_are_refused():
+    box = Sandbox(slot=43)
+    with pytest.raises(ValueError, match="code or argv, exactly one"):
+        box.run()
+    with pytest.raises(ValueError, match="file '../x' is outside the working directory"):
+        box.run(code="pass", files={"../x": "y"})
+    with pytest.raises(ValueError, match="Limits.wall_s must be > 0"):
+        Limits(wall_s=0)
