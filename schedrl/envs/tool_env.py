@@ -34,11 +34,18 @@ class ToolEnv:
             raise ValueError(f"ToolEnv.max_calls must be >= 1, got {max_calls!r}")
         self.source, self.tools, self.parser, self.max_calls = source, tools, parser, max_calls
         self.call_reward = call_reward
+        self.mcp_servers: tuple = ()  # MCP servers whose tools join at the first reset (`tool_env(mcp=...)`)
         self.stop_strings = (parser.stop,)  # nothing is generated after a call's closing tag
         self.task: Task | None = None
         self.transcript, self.calls = "", 0
 
     async def reset(self, task: Task, seed: int) -> Observation:
+        if self.mcp_servers:  # on the episodes' event loop, where the servers' sessions live
+            from schedrl.envs.tools.mcp import mcp_tools
+
+            extra = await mcp_tools(self.mcp_servers)
+            self.tools = ToolSet([*self.tools.tools.values(), *extra], timeout_s=self.tools.timeout_s)
+            self.mcp_servers = ()
         self.task, self.transcript, self.calls = task, "", 0
         return Observation(task.prompt, "template")
 
@@ -71,11 +78,18 @@ def tool_env(
     max_calls: int = 4,
     timeout_s: float = 10.0,
     call_reward: float = 0.0,
+    mcp: Sequence[Any] = (),
 ) -> ToolEnv:
-    """`env: tools` in a config: `tools` as dotted paths (``"schedrl.envs.calc:calc"``) or functions."""
-    if not tools:
-        raise ValueError("env 'tools' needs env_args.tools: dotted paths of the tool functions")
+    """`env: tools` in a config: `tools` as dotted paths (``"schedrl.envs.calc:calc"``) or functions, and
+    `mcp` as MCP servers (``{command: python, args: [server.py]}``) whose tools join them."""
+    if not tools and not mcp:
+        raise ValueError("env 'tools' needs env_args.tools (dotted paths of tool functions) or env_args.mcp")
+    if mcp:
+        from schedrl.envs.tools.mcp import MCPServer
+
+        servers = tuple(MCPServer.of(m) for m in mcp)  # a bad spec fails here, at config time
     loaded = [load_tool(t) if isinstance(t, str) else t for t in tools]
-    return ToolEnv(
-        source, ToolSet(loaded, timeout_s=timeout_s), PARSERS.get(parser)(), max_calls, call_reward
-    )
+    env = ToolEnv(source, ToolSet(loaded, timeout_s=timeout_s), PARSERS.get(parser)(), max_calls, call_reward)
+    if mcp:
+        env.mcp_servers = servers
+    return env

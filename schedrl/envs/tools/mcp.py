@@ -1,0 +1,200 @@
+"""Tools from MCP servers (Model Context Protocol) over stdio, through the official SDK.
+
+    pip install 'schedrl[mcp]'
+
+    env: tools
+    env_args: {mcp: [{command: python, args: [my_server.py]}], parser: hermes}
+
+Each server gets one persistent client session per process and event loop, opened on the first
+episode's reset and kept for the run: `list_tools` gives the tools and their JSON schemas once, and
+every call goes over the same session (verl opens one per call, the cost `bench/sandbox.py`
+measures). A call runs under the tool set's timeout; a result with `isError` becomes the tool's
+error output to the model. A call whose server dies under it is an error; the next call starts the
+server again, once (`max_restarts`); after that its tools answer with errors. A command that does not exist is an error naming it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from schedrl.envs.tools.schema import Tool
+
+
+class MCPToolError(RuntimeError):
+    """An MCP tool answered with `isError`, or its server is gone."""
+
+
+@dataclass(frozen=True)
+class MCPServer:
+    """How to start a stdio MCP server: `command` and `args`, with `env` added to a minimal environment."""
+
+    command: str
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    max_restarts: int = 1
+    log: str | None = None  # where the server's stderr goes (appended); None: discarded
+
+    @classmethod
+    def of(cls, spec: Any) -> MCPServer:
+        if isinstance(spec, MCPServer):
+            return spec
+        if isinstance(spec, str):
+            return cls(sys.executable if spec == "python" else spec)
+        if not isinstance(spec, Mapping) or "command" not in spec:
+            raise ValueError(f"an MCP server is {{command: ..., args: [...]}}, got {spec!r}")
+        unknown = set(spec) - {"command", "args", "env", "max_restarts", "log"}
+        if unknown:
+            raise ValueError(f"MCP server {spec['command']!r}: unknown key(s) {', '.join(sorted(unknown))}")
+        command = str(spec["command"])
+        return cls(
+            sys.executable if command == "python" else command,  # "python": this interpreter
+            tuple(str(a) for a in spec.get("args", ())),
+            dict(spec.get("env", {})),
+            int(spec.get("max_restarts", 1)),
+            spec.get("log"),
+        )
+
+    def key(self) -> tuple:
+        return (self.command, self.args, tuple(sorted(self.env.items())))
+
+
+class MCPSession:
+    """One open session to one server, held by a task on the event loop that opened it."""
+
+    def __init__(self, server: MCPServer) -> None:
+        self.server = server
+        self.session: Any = None
+        self.tools: list[Any] = []
+        self.restarts = 0
+        self.calls = 0
+        self._task: asyncio.Task | None = None
+        self._stop: asyncio.Event | None = None
+
+    async def start(self) -> None:
+        cmd = self.server.command
+        if shutil.which(cmd) is None and not os.path.exists(cmd):
+            raise FileNotFoundError(f"MCP server command {cmd!r} not found")
+        try:
+            from mcp import ClientSession, StdioServerParameters
+            from mcp.client.stdio import stdio_client
+        except ImportError as err:
+            raise ImportError("MCP tools need the MCP SDK: pip install 'schedrl[mcp]'") from err
+        params = StdioServerParameters(
+            command=cmd,
+            args=list(self.server.args),
+            env={"PATH": os.environ.get("PATH", ""), **self.server.env},
+        )
+        ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._stop = asyncio.Event()
+
+        async def serve() -> None:
+            errlog = open(self.server.log or os.devnull, "a")  # noqa: SIM115 -- open for the session's life
+            try:
+                async with (
+                    stdio_client(params, errlog=errlog) as (read, write),
+                    ClientSession(read, write) as session,
+                ):
+                    await session.initialize()
+                    self.tools = list((await session.list_tools()).tools)
+                    self.session = session
+                    ready.set_result(None)
+                    assert self._stop is not None
+                    await self._stop.wait()
+            except BaseException as err:  # a server that fails to start or dies: its calls see it
+                if not ready.done():
+                    ready.set_exception(
+                        RuntimeError(f"MCP server {cmd!r} failed: {type(err).__name__}: {err}")
+                    )
+            finally:
+                self.session = None
+                errlog.close()
+
+        self._task = asyncio.get_running_loop().create_task(serve())
+        await ready
+
+    async def call(self, name: str, arguments: Mapping[str, Any]) -> str:
+        """The tool's text output; `MCPToolError` for an error result or a server that is gone."""
+        if self.session is None:  # never started, or died: start it again, up to max_restarts times
+            if self.restarts >= self.server.max_restarts:
+                raise MCPToolError(
+                    f"MCP server {self.server.command!r} is gone (restarted {self.restarts} times)"
+                )
+            self.restarts += 1
+            await self.start()
+        session = self.session
+        assert session is not None
+        try:
+            result = await session.call_tool(name, dict(arguments))
+        except Exception as err:  # the connection broke under this call: the next one starts the server again
+            self.session = None
+            if self._stop is not None:
+                self._stop.set()
+            raise MCPToolError(f"MCP call {name!r} failed: {type(err).__name__}: {err}") from err
+        self.calls += 1
+        text = "\n".join(getattr(c, "text", "") for c in result.content if getattr(c, "type", "") == "text")
+        if getattr(result, "is_error", None) or getattr(result, "isError", None):  # SDK 2.x / 1.x
+            raise MCPToolError(text or f"MCP tool {name!r} failed")
+        return text
+
+    def as_tools(self) -> list[Tool]:
+        out = []
+        for t in self.tools:
+
+            async def fn(_name: str = t.name, **arguments: Any) -> str:
+                return await self.call(_name, arguments)
+
+            schema = {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description or "",
+                    "parameters": getattr(t, "input_schema", None) or getattr(t, "inputSchema", None) or {},
+                },
+            }
+            out.append(Tool(t.name, fn, schema))
+        return out
+
+    async def close(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+        if self._task is not None:
+            await asyncio.wait([self._task], timeout=5)
+
+
+_SESSIONS: dict[tuple, asyncio.Future] = {}  # (event loop, server) -> the future of its session
+
+
+async def session_for(server: MCPServer | Mapping | str) -> MCPSession:
+    """The process's session to `server` on the running event loop, opened on first use; episodes that
+    reset at the same moment wait for the one start."""
+    spec = MCPServer.of(server)
+    loop = asyncio.get_running_loop()
+    key = (id(loop), spec.key())
+    pending = _SESSIONS.get(key)
+    if pending is None:
+        pending = loop.create_future()
+        _SESSIONS[key] = pending
+        session = MCPSession(spec)
+        try:
+            await session.start()
+        except BaseException as err:
+            del _SESSIONS[key]  # a later episode may try again
+            pending.set_exception(err)
+            pending.exception()  # retrieved: no "never retrieved" warning when nobody else waits
+            raise
+        pending.set_result(session)
+    return await asyncio.shield(pending)
+
+
+async def mcp_tools(servers: Sequence[MCPServer | Mapping | str]) -> list[Tool]:
+    """Every tool of every server, each a `Tool` whose calls go over that server's session."""
+    tools: list[Tool] = []
+    for server in servers:
+        tools += (await session_for(server)).as_tools()
+    return tools

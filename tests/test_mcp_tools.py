@@ -1,0 +1,86 @@
+"""MCP servers as tool sets: one persistent stdio session per server, errors as the model's output."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcp", reason="the MCP SDK is the optional extra schedrl[mcp]")
+
+from schedrl.envs import make_env, make_task  # noqa: E402
+from schedrl.envs.tools import ToolSet  # noqa: E402
+from schedrl.envs.tools.mcp import MCPToolError, mcp_tools, session_for  # noqa: E402
+from schedrl.envs.tools.parsers import ToolCall  # noqa: E402
+
+SERVER = {"command": sys.executable, "args": [str(Path(__file__).parent / "mcp_server.py")]}
+
+
+def test_tools_and_schemas_come_from_list_tools_and_calls_share_one_session():
+    async def go():
+        tools = {t.name: t for t in await mcp_tools([SERVER])}
+        assert {"add", "fail", "pid", "die"} <= set(tools)
+        props = tools["add"].schema["function"]["parameters"]["properties"]
+        assert (
+            props["a"]["type"] == "integer"
+            and tools["add"].schema["function"]["description"] == "Add two integers."
+        )
+        toolset = ToolSet(list(tools.values()), timeout_s=10)
+        results = await toolset.run(
+            [ToolCall("add", {"a": 2, "b": 3}), ToolCall("pid", {}), ToolCall("pid", {})]
+        )
+        session = await session_for(SERVER)
+        return results, session
+
+    results, session = asyncio.run(go())
+    assert [r.status for r in results] == ["ok", "ok", "ok"] and results[0].output == "5"
+    assert results[1].output == results[2].output  # the same server process: one session
+    assert session.calls == 3 and session.restarts == 0
+
+
+def test_an_error_result_is_the_tools_error_output():
+    async def go():
+        toolset = ToolSet(await mcp_tools([SERVER]))
+        return await toolset.run([ToolCall("fail", {"reason": "no such file"})])
+
+    (r,) = asyncio.run(go())
+    assert r.status == "error" and "no such file" in r.output
+
+
+def test_a_server_that_dies_is_restarted_once_then_reports_errors():
+    async def go():
+        session = await session_for({**SERVER, "max_restarts": 1})
+        first = await session.call("pid", {})
+        with pytest.raises(MCPToolError):
+            await session.call("die", {})
+        second = await session.call("pid", {})  # restarted: a new server process
+        with pytest.raises(MCPToolError):
+            await session.call("die", {})
+        with pytest.raises(MCPToolError, match="is gone"):
+            await session.call("pid", {})
+        return first, second, session.restarts
+
+    first, second, restarts = asyncio.run(go())
+    assert first != second and restarts == 1
+
+
+def test_a_command_that_does_not_exist_is_named():
+    with pytest.raises(FileNotFoundError, match="MCP server command 'no-such-mcp-server' not found"):
+        asyncio.run(mcp_tools([{"command": "no-such-mcp-server"}]))
+    with pytest.raises(ValueError, match="unknown key"):
+        asyncio.run(mcp_tools([{"command": "x", "port": 3}]))
+
+
+def test_an_episode_calls_an_mcp_tool():
+    source = make_task("calc", min_digits=2, max_digits=2)
+    env = make_env("tools", source, mcp=[SERVER])
+    task = source.sample("train", 1, seed=0)[0]
+
+    async def play():
+        await env.reset(task, 0)
+        return await env.step("<<add 20, 22>>")
+
+    out = asyncio.run(play())
+    assert out.info["tools"] == ["ok"] and "42" in out.observation.text
