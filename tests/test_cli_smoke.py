@@ -119,6 +119,8 @@ def test_documented_mode_trains_from_the_command_line(tmp_path, mode):
 
 @pytest.mark.parametrize("recipe", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_every_recipe_runs_as_shipped(tmp_path, recipe):
+    if recipe.stem == "code_tests" and os.geteuid() != 0:
+        pytest.skip("its rewards run in the sandbox, which needs root")
     short = ["steps=2", "save_every=0", f"out_dir={tmp_path}", "name=run"]
     summary = _finish(_train(ROOT, str(recipe), *TINY, *_overrides(short)))
     assert [r["step"] for r in _step_rows(summary["run_dir"])] == [1, 2]

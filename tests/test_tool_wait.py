@@ -97,6 +97,9 @@ def test_pin_keeps_for_the_predicted_wait_quantile_and_releases_when_the_saving_
     assert pin.keep_s(Turn("e", 1, 4, 999)) == 0.0  # 0.999 s saved < 1 s held: release
     assert pin.keep_s(Turn("e", 3, 4, 10**6)) == 0.0  # the last possible turn: nothing follows
     assert Pin(max_keep_s=0.5, prior_wait_s=2.0).keep_s(Turn("e", 0, 4, 1)) == 0.5
+    fast = Pin(min_keep_s=0.1)
+    fast.observe(Back("e", 1, 4, 10, 0.001))
+    assert fast.keep_s(Turn("e", 1, 4, 10)) == 0.1  # never below the floor: the loop's own latency
 
 
 def test_returning_priorities_in_closed_form():
@@ -137,7 +140,9 @@ def test_pin_reuses_the_history_and_samples_what_release_samples(model, tokenize
 
 
 def test_a_wait_past_the_time_to_live_prefills_again(model, tokenizer):
-    _, engine, _, _ = run(model, tokenizer, Pin(prior_wait_s=0.01, max_keep_s=0.01), [[5.0, 5.0, 5.0]])
+    _, engine, _, _ = run(
+        model, tokenizer, Pin(prior_wait_s=0.01, max_keep_s=0.01, min_keep_s=0.01), [[5.0, 5.0, 5.0]]
+    )
     assert engine.num_reused == 0 and engine.num_expired > 0 and engine.parked_ids == []
 
 

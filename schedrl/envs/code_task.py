@@ -26,6 +26,7 @@ class LinearCodeTask(GeneratedTasks):
     """A linear function given by its formula; the model writes it as Python."""
 
     name = "linear_code"
+    reward_workers = 4  # rewards wait on the sandbox: score a step's samples four at a time
 
     def __init__(self, max_coef: int = 9, partial: bool = False) -> None:
         self.max_coef = check_int_range(self.name, "max_coef", max_coef, 1, 999)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from schedrl.envs.base import Task, TaskSource
 from schedrl.types import Sample, task_of
@@ -17,7 +18,10 @@ class RewardError(RuntimeError):
 
 
 class RewardScorer:
-    """Calls `source.reward` per sample; stops the run when the error rate exceeds `max_error_rate`."""
+    """Calls `source.reward` per sample; stops the run when the error rate exceeds `max_error_rate`.
+
+    A task whose reward waits on something outside the process (a sandbox, a server) declares
+    `reward_workers = n`: its rewards then run on n threads at once, in sample order."""
 
     def __init__(self, source: TaskSource, max_error_rate: float = 0.05, min_samples: int = 50) -> None:
         self.source, self.max_error_rate, self.min_samples = source, max_error_rate, min_samples
@@ -26,7 +30,20 @@ class RewardScorer:
         self.last_error: str | None = None
 
     def __call__(self, tasks: Mapping[str, Task], samples: Sequence[Sample]) -> list[float]:
-        rewards = [self._one(tasks[task_of(s)], s.text) for s in samples]
+        workers = int(getattr(self.source, "reward_workers", 1) or 1)
+        if workers > 1 and len(samples) > 1:
+            with ThreadPoolExecutor(min(workers, len(samples))) as pool:
+                outcomes = list(pool.map(lambda s: self._score(tasks[task_of(s)], s.text), samples))
+        else:
+            outcomes = [self._score(tasks[task_of(s)], s.text) for s in samples]
+        rewards = []
+        for reward, error in outcomes:  # counted here, on one thread
+            self.total += 1
+            if error is not None:
+                self.errors += 1
+                self.last_error = error
+                log.warning("reward raised, scored 0: %s", error)
+            rewards.append(reward)
         rate = self.errors / max(1, self.total)
         if self.total >= self.min_samples and rate > self.max_error_rate:
             raise RewardError(
@@ -35,15 +52,12 @@ class RewardScorer:
             )
         return rewards
 
-    def _one(self, task: Task, text: str) -> float:
-        self.total += 1
+    def _score(self, task: Task, text: str) -> tuple[float, str | None]:
+        """(reward, None), or (0.0, what went wrong) when the reward raised or was not finite."""
         try:
             reward = float(self.source.reward(task, text))
             if not math.isfinite(reward):
                 raise ValueError(f"reward is not finite: {reward}")
-            return reward
+            return reward, None
         except Exception as err:  # a user's reward function may raise anything
-            self.errors += 1
-            self.last_error = f"task {task.id!r}: {type(err).__name__}: {err}"
-            log.warning("reward raised, scored 0: %s", self.last_error)
-            return 0.0
+            return 0.0, f"task {task.id!r}: {type(err).__name__}: {err}"

@@ -8,7 +8,9 @@ slot has a price, since another trajectory could decode in it, so the time to li
     re-prefill      history_tokens * `prefill_s_per_token`: what releasing would cost on return
     keep_s          the predicted wait, if the re-prefill it saves is worth at least `min_saving`
                     of the time the slot is held (re-prefill >= min_saving * predicted wait);
-                    otherwise 0 (release). Capped at `max_keep_s`.
+                    otherwise 0 (release). Kept within [`min_keep_s`, `max_keep_s`]: the observed
+                    waits include the episode loop's own latency (an engine step or two), and a time
+                    to live shorter than that would expire every slot before its answer is handed on.
 
 With `min_saving` > 0 a short history behind a slow tool is released and a long history behind
 a fast tool is pinned; at 0 (the default) every wait but the last turn's is pinned and the
@@ -41,12 +43,16 @@ class Pin:
         min_saving: float = 0.0,
         max_keep_s: float = 30.0,
         priority: str | None = None,
+        min_keep_s: float = 0.1,
     ) -> None:
         if not 0.0 < quantile <= 1.0:
             raise ValueError(f"pin: quantile must be in (0, 1], got {quantile!r}")
         for name, v in (("prior_wait_s", prior_wait_s), ("max_keep_s", max_keep_s), ("window", window)):
             if v <= 0:
                 raise ValueError(f"pin: {name} must be > 0, got {v!r}")
+        if not 0 < min_keep_s <= max_keep_s:
+            raise ValueError(f"pin: min_keep_s must be in (0, max_keep_s], got {min_keep_s!r}")
+        self.min_keep_s = min_keep_s
         if prefill_s_per_token < 0 or min_saving < 0:
             raise ValueError("pin: prefill_s_per_token and min_saving must be >= 0")
         self.quantile, self.prior_wait_s, self.max_keep_s = quantile, prior_wait_s, max_keep_s
@@ -65,7 +71,9 @@ class Pin:
             return 0.0
         wait = self.predicted_wait_s()
         saving = turn.history_tokens * self.prefill_s_per_token
-        return min(wait, self.max_keep_s) if saving >= self.min_saving * wait else 0.0
+        if saving < self.min_saving * wait:
+            return 0.0
+        return min(max(wait, self.min_keep_s), self.max_keep_s)
 
     def priority(self, back: Back) -> float:
         return returning_priority(back, self.by) if self.by is not None else 0.0
