@@ -84,3 +84,29 @@ def test_an_episode_calls_an_mcp_tool():
 
     out = asyncio.run(play())
     assert out.info["tools"] == ["ok"] and "42" in out.observation.text
+
+
+def test_tools_through_the_sdks_in_process_client():
+    mcp = pytest.importorskip("mcp")
+    if not hasattr(mcp, "Client"):
+        pytest.skip("the in-process mcp.Client is in SDK 2.x")
+    import importlib.util
+
+    from schedrl.envs.tools.mcp import MCPSession
+
+    spec = importlib.util.spec_from_file_location("mcp_test_server", Path(__file__).parent / "mcp_server.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    async def go():
+        async with mcp.Client(module.server) as client:
+            session = await MCPSession.attach(client)
+            toolset = ToolSet(session.as_tools())
+            return await toolset.run(
+                [ToolCall("add", {"a": 40, "b": 2}), ToolCall("fail", {"reason": "nope"})]
+            )
+
+    ok, failed = asyncio.run(go())
+    assert (ok.status, ok.output) == ("ok", "42")
+    assert failed.status == "error" and "nope" in failed.output

@@ -76,6 +76,15 @@ class MCPSession:
         self._task: asyncio.Task | None = None
         self._stop: asyncio.Event | None = None
 
+    @classmethod
+    async def attach(cls, client: Any, name: str = "in-process") -> MCPSession:
+        """A session over a client that is already open (the SDK's in-process `mcp.Client(server)`, or
+        any object with `list_tools` and `call_tool`); it is not restarted, and closing it is the caller's."""
+        session = cls(MCPServer(name, max_restarts=0))
+        session.tools = list((await client.list_tools()).tools)
+        session.session = client
+        return session
+
     async def start(self) -> None:
         cmd = self.server.command
         if shutil.which(cmd) is None and not os.path.exists(cmd):
