@@ -4,7 +4,7 @@ Each run is `print(1)` in a fresh Python (`python3 -I`), so the figures are the 
 confinement itself (namespaces, a tmpfs per mount point, uid switch, rlimits, a working
 directory made and removed) on top of an interpreter start.
 
-MCP: calls per second to `examples/mcp_calc_server.py` over one persistent stdio session (how
+MCP: calls per second to `schedrl/envs/tools/mcp_calc_server.py` over one persistent stdio session (how
 schedrl calls a server) against a new session per call (start the server, initialize, call, close:
 verl's `MCPBaseTool` pattern). Needs `pip install 'schedrl[mcp]'`.
 
@@ -25,7 +25,6 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from schedrl.sandbox import Sandbox, SandboxPool
 
@@ -36,14 +35,14 @@ def timed(fn, runs: int) -> float:
     return time.perf_counter() - start
 
 
-SERVER = str(Path(__file__).resolve().parent.parent / "examples" / "mcp_calc_server.py")
+SERVER_ARGS = ["-m", "schedrl.envs.tools.mcp_calc_server"]
 
 
 async def mcp_rates(persistent_calls: int, per_call_calls: int) -> tuple[float, float]:
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
-    params = StdioServerParameters(command=sys.executable, args=[SERVER])
+    params = StdioServerParameters(command=sys.executable, args=SERVER_ARGS)
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         await session.call_tool("calc", {"expression": "1+1"})  # warm

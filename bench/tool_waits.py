@@ -51,7 +51,7 @@ from schedrl.models import build_char_tokenizer, build_tiny_model
 from schedrl.models.tiny import TinyModelConfig
 from schedrl.rollout.clock import VirtualClock, WallClock, linear_step_cost
 from schedrl.rollout.episodes import EpisodeRunner
-from schedrl.rollout.tool_wait import LockStep, Pin, Release, ReturnsFirst
+from schedrl.rollout.tool_wait import make_tool_wait
 from schedrl.seeding import derive_seed
 from schedrl.types import Request, SamplingParams
 
@@ -94,13 +94,10 @@ class SimulatedTool:
 
 
 def make_policy(name: str):
-    return {
-        "lockstep": LockStep,
-        "release": Release,
-        "pin": Pin,
-        "pin+priority": lambda: Pin(priority="progress"),
-        "priority": lambda: ReturnsFirst("progress"),
-    }[name]()
+    """The registered policy `name`; "pin+priority" is `pin` with returns ordered by progress."""
+    if name == "pin+priority":
+        return make_tool_wait("pin", priority="progress")
+    return make_tool_wait(name, **({"by": "progress"} if name == "priority" else {}))
 
 
 def episodes(tokenizer, n: int, prompt_tokens: int, budget: int) -> tuple[list[Request], dict[str, Task]]:

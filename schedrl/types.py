@@ -149,6 +149,14 @@ class Sample:
         return len(self.token_ids)
 
     @property
+    def num_model_turns(self) -> int:
+        """Model turns of a multi-turn sample (turns holding a trained token); 1 for a single completion."""
+        if self.turns is None:
+            return 1
+        trained = self.trained if self.trained is not None else (True,) * len(self.token_ids)
+        return len({t for t, m in zip(self.turns, trained, strict=True) if m})
+
+    @property
     def num_model_tokens(self) -> int:
         """Tokens the policy generated (a multi-turn sample's tool and environment tokens left out)."""
         return sum(self.trained) if self.trained is not None else len(self.token_ids)

@@ -8,15 +8,12 @@ import pytest
 
 from schedrl.envs import make_env, make_task
 from schedrl.envs.tools import make_tool
-from schedrl.sandbox import Limits, Sandbox, SandboxPool, SandboxUnavailable
+from schedrl.sandbox import Limits, SandboxPool
+from schedrl.sandbox.sandbox import unavailable_reason
 from schedrl.sandbox.tools import python
 from schedrl.sandbox.unit_tests import SandboxError, run_tests
 
-try:
-    Sandbox(slot=50)
-    REASON = ""
-except SandboxUnavailable as err:
-    REASON = str(err)
+REASON = unavailable_reason()
 pytestmark = pytest.mark.skipif(bool(REASON), reason=REASON)
 
 

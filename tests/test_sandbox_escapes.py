@@ -16,14 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from schedrl.sandbox import Limits, Sandbox, SandboxPool, SandboxUnavailable
-from schedrl.sandbox.sandbox import BASE_DIR
+from schedrl.sandbox import Limits, Sandbox, SandboxPool
+from schedrl.sandbox.sandbox import BASE_DIR, unavailable_reason
 
-try:
-    Sandbox(slot=40)
-    REASON = ""
-except SandboxUnavailable as err:
-    REASON = str(err)
+REASON = unavailable_reason()
 pytestmark = pytest.mark.skipif(bool(REASON), reason=REASON)
 
 

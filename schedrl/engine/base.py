@@ -109,3 +109,26 @@ class ParkingEngine(Engine, Protocol):
 
     @property
     def num_cached_tokens(self) -> int: ...
+
+
+class _Steps(Protocol):
+    def add(self, request: Request) -> None: ...
+
+    def step(self) -> list[Sample]: ...
+
+    def has_unfinished(self) -> bool: ...
+
+
+def run_to_completion(
+    engine: _Steps, requests: Sequence[Request], on_step: Callable[[list[Sample]], None] | None = None
+) -> list[Sample]:
+    """`engine.generate` for any engine: add `requests`, step until done, samples in request order."""
+    for req in requests:
+        engine.add(req)
+    done: dict[str, Sample] = {}
+    while engine.has_unfinished():
+        finished = engine.step()
+        done.update((s.request_id, s) for s in finished)
+        if on_step is not None:
+            on_step(finished)
+    return [done[r.id] for r in requests]

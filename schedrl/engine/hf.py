@@ -38,7 +38,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from schedrl.engine.admission import FCFS, AdmissionPolicy
 from schedrl.engine.attention import ATTN_NAME, LAYOUT_KWARG, StepLayout
-from schedrl.engine.base import FinishCallback, StepStats, TokenCallback
+from schedrl.engine.base import FinishCallback, StepStats, TokenCallback, run_to_completion
 from schedrl.engine.sampling import sample_tokens
 from schedrl.types import FinishReason, Request, Sample, Timings
 
@@ -501,12 +501,4 @@ class HFEngine:
         self, requests: Sequence[Request], on_step: Callable[[list[Sample]], None] | None = None
     ) -> list[Sample]:
         """Run `requests` to completion; samples come back in request order."""
-        for req in requests:
-            self.add(req)
-        done: dict[str, Sample] = {}
-        while self.has_unfinished():
-            finished = self.step()
-            done.update((s.request_id, s) for s in finished)
-            if on_step is not None:
-                on_step(finished)
-        return [done[r.id] for r in requests]
+        return run_to_completion(self, requests, on_step)

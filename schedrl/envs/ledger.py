@@ -93,6 +93,11 @@ class TokenLedger:
         """Tokens before the first model token (the initial prompt)."""
         return next((i for i, s in enumerate(self.sources) if s == "model"), len(self))
 
+    @property
+    def num_model_turns(self) -> int:
+        """Turns holding at least one model token."""
+        return len({t for t, m in zip(self.turns, self.trained, strict=True) if m})
+
     def model_tokens_of_turn(self, turn: int) -> int:
         return sum(1 for t, m in zip(self.turns, self.trained, strict=True) if t == turn and m)
 

@@ -39,7 +39,7 @@ def rollout_metrics(
     spread -= torch.zeros(n_groups).scatter_reduce(0, groups, rewards, "amin", include_self=False)
     # model tokens only: a multi-turn sample's tool and environment tokens are context
     lengths = torch.tensor([s.num_model_tokens for s in samples], dtype=torch.float)
-    turns = [_model_turns(s) for s in samples if s.turns is not None]
+    turns = [s.num_model_turns for s in samples if s.turns is not None]
     return {
         **({"turns_mean": sum(turns) / len(turns)} if turns else {}),
         "reward_mean": float(rewards.mean()),
@@ -50,12 +50,6 @@ def rollout_metrics(
         "truncated_frac": sum(s.finish_reason == "length" for s in samples) / len(samples),
         "gen_tokens": float(lengths.sum()),
     }
-
-
-def _model_turns(s: Sample) -> int:
-    """Model turns of a multi-turn sample: the turns that hold a trained token."""
-    trained = s.trained or (True,) * len(s.token_ids)
-    return len({t for t, m in zip(s.turns or (), trained, strict=True) if m})
 
 
 def timing_metrics(gen_tokens: float, step_s: float, train_s: float) -> dict[str, float]:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
 
+from schedrl.engine.base import run_to_completion
 from schedrl.envs.base import Task
 from schedrl.rollout.episodes import EpisodeRunner
 from schedrl.types import Request, Sample
@@ -79,15 +80,7 @@ class EpisodeEngine:
     def generate(
         self, requests: Sequence[Request], on_step: Callable[[list[Sample]], None] | None = None
     ) -> list[Sample]:
-        for r in requests:
-            self.add(r)
-        done: dict[str, Sample] = {}
-        while self.has_unfinished():
-            finished = self.step()
-            done.update((s.request_id, s) for s in finished)
-            if on_step is not None:
-                on_step(finished)
-        return [done[r.id] for r in requests]
+        return run_to_completion(self, requests, on_step)
 
     @property
     def waiting_ids(self) -> list[str]:

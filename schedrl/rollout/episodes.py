@@ -165,7 +165,7 @@ class EpisodeRunner:
         after = self._engine_counters()
         self.last_stats = {k: float(after[k] - before[k]) for k in after}
         self.last_stats["peak_cached_tokens"] = float(self.peak_cached_tokens)
-        self.last_turns = [self._model_turns(ep) for ep in episodes]
+        self.last_turns = [ep.ledger.num_model_turns for ep in episodes]
         return [self.sample(ep) for ep in episodes]
 
     # ---- incremental: what `run` is made of, and what an engine worker drives ------------------
@@ -279,10 +279,6 @@ class EpisodeRunner:
             err = f.exception()
             if err is not None:  # a failing close must not lose the episodes
                 self._env_error(None, "close", err)
-
-    @staticmethod
-    def _model_turns(ep: _Episode) -> int:
-        return len({t for t, m in zip(ep.ledger.turns, ep.ledger.trained, strict=True) if m})
 
     def _engine_counters(self) -> dict[str, int]:
         names = {"prefill_tokens": "num_prefill_tokens", "kv_reused_tokens": "num_reused"}
@@ -406,7 +402,7 @@ class EpisodeRunner:
     def sample(self, ep: _Episode) -> Sample:
         """The episode as a training sample: its ledger after the prompt, reward, mask, turns."""
         ids, trained, logprobs, versions = ep.ledger.completion()
-        model_turns = len({t for t, m in zip(ep.ledger.turns, ep.ledger.trained, strict=True) if m})
+        model_turns = ep.ledger.num_model_turns
         # a turn the environment never answered (it failed, the episode was cut) has reward 0
         rewards = (ep.turn_rewards + [0.0] * model_turns)[: max(model_turns, 1)]
         r = ep.request

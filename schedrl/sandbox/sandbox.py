@@ -101,6 +101,15 @@ def _tool(name: str) -> str:
     return path
 
 
+def unavailable_reason() -> str:
+    """Why this machine cannot run sandboxes ("" when it can): what tests skip on."""
+    try:
+        Sandbox(slot=0)
+    except SandboxUnavailable as err:
+        return str(err)
+    return ""
+
+
 class Sandbox:
     """Confined runs, `slot` choosing the uid (a pool gives each concurrent run its own)."""
 

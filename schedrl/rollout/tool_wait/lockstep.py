@@ -5,7 +5,8 @@ A baseline: the next turns start together once every environment of the batch ha
 
 from __future__ import annotations
 
-from schedrl.rollout.tool_wait.release import TOOL_WAITS, Release
+from schedrl.rollout.tool_wait.base import TOOL_WAITS
+from schedrl.rollout.tool_wait.release import Release
 
 
 @TOOL_WAITS.register("lockstep")

@@ -1,14 +1,16 @@
 """A stdio MCP server exposing schedrl's calculator as the tool `calc` (for examples/calc_mcp.yaml).
 
-python examples/mcp_calc_server.py      # speaks MCP on stdin/stdout
+    python -m schedrl.envs.tools.mcp_calc_server      # speaks MCP on stdin/stdout (needs schedrl[mcp])
+
+It is a module of the package, not a file in examples/, so a recipe can start it from any directory.
 """
 
 try:  # the MCP SDK's server class: MCPServer in 2.x, FastMCP in 1.x
     from mcp.server.mcpserver import MCPServer as Server
     from mcp.server.mcpserver.exceptions import ToolError
 except ImportError:
-    from mcp.server.fastmcp import FastMCP as Server
-    from mcp.server.fastmcp.exceptions import ToolError
+    from mcp.server.fastmcp import FastMCP as Server  # pyright: ignore
+    from mcp.server.fastmcp.exceptions import ToolError  # pyright: ignore
 
 from schedrl.envs.calc import calc as evaluate
 
