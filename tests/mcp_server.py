@@ -1,4 +1,5 @@
-"""A small stdio MCP server for the tests: arithmetic, a failing tool, and one that kills the server."""
+"""A small stdio MCP server for the tests: arithmetic, a failing tool, a probe of its confinement, and one
+that kills the server."""
 
 import os
 
@@ -28,6 +29,20 @@ def fail(reason: str) -> str:
 def pid() -> str:
     """The server's process id (to tell sessions apart)."""
     return str(os.getpid())
+
+
+@server.tool()
+def probe(port: int) -> str:
+    """Who the server runs as and what it reaches: uid, a TCP connect to 127.0.0.1:port, the environment."""
+    import json
+    import socket
+
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        connected = True
+    except OSError:
+        connected = False
+    return json.dumps({"uid": os.getuid(), "connected": connected, "env": sorted(os.environ)})
 
 
 @server.tool()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,7 +15,7 @@ pytest.importorskip("mcp", reason="the MCP SDK is the optional extra schedrl[mcp
 
 from schedrl.envs import make_env, make_task  # noqa: E402
 from schedrl.envs.tools import ToolSet  # noqa: E402
-from schedrl.envs.tools.mcp import MCPToolError, mcp_tools, session_for  # noqa: E402
+from schedrl.envs.tools.mcp import MCPServer, MCPToolError, mcp_tools, session_for  # noqa: E402
 from schedrl.envs.tools.parsers import ToolCall  # noqa: E402
 
 SERVER = {"command": sys.executable, "args": [str(Path(__file__).parent / "mcp_server.py")]}
@@ -110,3 +113,47 @@ def test_tools_through_the_sdks_in_process_client():
     ok, failed = asyncio.run(go())
     assert (ok.status, ok.output) == ("ok", "42")
     assert failed.status == "error" and "nope" in failed.output
+
+
+def test_a_server_started_inside_the_sandbox_is_confined_and_leaves_nothing_behind(monkeypatch):
+    from schedrl.envs.tools.mcp import MCPSession
+    from schedrl.sandbox.sandbox import BASE_DIR, FIRST_UID, unavailable_reason
+
+    if reason := unavailable_reason():
+        pytest.skip(reason)
+    monkeypatch.setenv("SCHEDRL_TEST_SECRET", "hunter2")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    spec = MCPServer.of(
+        {
+            **SERVER,
+            "env": {"GREETING": "hi"},
+            "sandbox": {"memory_mb": 1024, "expose": [str(Path(__file__).parent)]},
+        }
+    )
+
+    async def go():
+        session = MCPSession(spec)
+        await session.start()
+        try:
+            added = await session.call("add", {"a": 40, "b": 2})
+            probe = json.loads(await session.call("probe", {"port": port}))
+            (run_dir,) = [p for p in BASE_DIR.iterdir() if p.name.startswith(f"run-{probe['uid']}-")]
+            return added, probe, run_dir
+        finally:
+            await session.close()
+
+    try:
+        added, probe, run_dir = asyncio.run(go())
+    finally:
+        listener.close()
+    assert added == "42"
+    assert probe["uid"] >= FIRST_UID and not probe["connected"]  # its own uid, no network
+    assert "GREETING" in probe["env"] and "SCHEDRL_TEST_SECRET" not in probe["env"]
+    pgrep = subprocess.run(["pgrep", "-U", str(probe["uid"])], capture_output=True)
+    assert pgrep.returncode == 1, "a server process survived the session"
+    assert not run_dir.exists()
+    with pytest.raises(ValueError, match="unknown sandbox key"):
+        MCPServer.of({**SERVER, "sandbox": {"memory": 1}})

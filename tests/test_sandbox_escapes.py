@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -265,3 +266,46 @@ def test_bad_arguments_are_refused():
         box.run(code="pass", files={"../x": "y"})
     with pytest.raises(ValueError, match="Limits.wall_s must be > 0"):
         Limits(wall_s=0)
+
+
+def test_no_two_sandboxes_share_a_uid_across_processes():
+    held = Sandbox(slot=44)
+    other = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from schedrl.sandbox import Sandbox, SandboxUnavailable\n"
+            "try:\n    Sandbox(slot=44)\nexcept SandboxUnavailable as e:\n    print('refused:', e)\n"
+            f"print({held.uid} != Sandbox().uid)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert other.stdout.splitlines() == [
+        f"refused: sandbox slot 44 (uid {held.uid}) is held by another sandbox",
+        "True",
+    ]
+    held.close()
+    again = Sandbox(slot=44)  # given back: free again
+    assert again.uid == held.uid
+
+
+def test_this_interpreter_runs_inside_with_its_packages_and_nothing_else_of_the_hidden_directory():
+    box = Sandbox(python=sys.executable)
+    hidden = {blocked for blocked in box.exposed}
+    code = (
+        "import os, sys, schedrl\n"
+        "print(os.getuid(), schedrl.__name__)\n"
+        f"for d in {sorted(hidden)!r}:\n"
+        "    print(sorted(os.listdir(d)))\n"
+    )
+    r = box.run(code=code)
+    assert r.ok, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"{box.uid} schedrl"
+    for blocked, listing in zip(sorted(hidden), lines[1:], strict=True):
+        # only the first component of each exposed path shows in the hidden directory
+        assert eval(listing) == sorted({p[len(blocked) + 1 :].split("/")[0] for p in box.exposed[blocked]})
+    r = box.run(code="import sys\nopen(sys.prefix + '/x', 'w')")
+    assert not r.ok and "Error" in r.stderr  # exposed read-only

@@ -15,13 +15,13 @@ from schedrl.sandbox.sandbox import Limits, Sandbox, SandboxResult
 
 
 class SandboxPool:
-    def __init__(self, size: int = 4, limits: Limits | None = None) -> None:
+    def __init__(self, size: int = 4, limits: Limits | None = None, python: str | None = None) -> None:
         if size < 1:
             raise ValueError(f"SandboxPool.size must be >= 1, got {size!r}")
         self.size, self.limits = size, limits or Limits()
         self._free: queue.Queue[Sandbox] = queue.Queue()
-        for slot in range(size):
-            self._free.put(Sandbox(slot))
+        for _ in range(size):
+            self._free.put(Sandbox(python=python))
         self.runs = 0
 
     def run_sync(

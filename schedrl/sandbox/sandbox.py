@@ -9,14 +9,21 @@ Each run gets:
   the host's loopback), PID namespace (it sees only its own processes; when its first process
   dies, every process in it is killed, so a daemon cannot outlive the run), IPC and UTS
   namespaces, and a mount namespace where /tmp, /var/tmp and /dev/shm are fresh, empty tmpfs;
-* an unprivileged uid of its own (one per pool slot, so two runs at once cannot read each other's
-  files, and `RLIMIT_NPROC` counts only its processes), no supplementary groups, no capabilities
-  and `no_new_privs` (a setuid binary runs as the caller);
+* an unprivileged uid of its own (each `Sandbox` claims a free one with a lock file, so two runs at
+  once, in one process or several, never share a uid: they cannot read each other's files, and
+  `RLIMIT_NPROC` counts only its processes), no supplementary groups, no capabilities and
+  `no_new_privs` (a setuid binary runs as the caller);
 * rlimits on CPU seconds, address space, file size, open files, processes and core dumps;
 * a wall-clock limit that kills the whole process group;
 * an environment holding only `PATH`;
 * a fresh working directory (mode 0700, its uid's), removed afterwards with everything in it;
 * stdout and stderr capped in bytes (the rest is read and dropped, so a flood cannot block it).
+
+`Sandbox(python=sys.executable)` runs this interpreter, with its packages, instead of the system
+one: directories it needs that sit behind one the uid cannot enter (a virtual environment under
+/root) are bound read-only into an otherwise empty tmpfs laid over that directory; `expose=` does
+the same for other paths. `confine(argv)` gives the confined command line of a long-running
+process (an MCP server) that the caller starts and talks to itself.
 
 The chain is `unshare` (namespaces, mounts) -> `setpriv` (uid, groups, capabilities, no new
 privileges) -> `prlimit` (rlimits) -> the program. It needs root to create the namespaces and switch
@@ -32,7 +39,9 @@ the uid is allowed to do inside its own working directory.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -40,12 +49,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 BASE_DIR = Path("/run/schedrl-sandbox")  # 0711: a run can reach its own directory, not list the others
 FIRST_UID = 61000  # sandbox uids: FIRST_UID + slot
+NUM_SLOTS = 4096
 
 
 class SandboxUnavailable(RuntimeError):
@@ -101,30 +112,73 @@ def _tool(name: str) -> str:
     return path
 
 
+def _check() -> tuple[str, str, str]:
+    if os.geteuid() != 0:
+        raise SandboxUnavailable(
+            "sandbox needs root to create its namespaces and switch to an unprivileged uid "
+            f"(running as uid {os.geteuid()}); nothing is run unconfined"
+        )
+    return _tool("unshare"), _tool("setpriv"), _tool("prlimit")
+
+
 def unavailable_reason() -> str:
     """Why this machine cannot run sandboxes ("" when it can): what tests skip on."""
     try:
-        Sandbox(slot=0)
+        _check()
     except SandboxUnavailable as err:
         return str(err)
     return ""
 
 
-class Sandbox:
-    """Confined runs, `slot` choosing the uid (a pool gives each concurrent run its own)."""
+def interpreter_paths(python: str) -> list[str]:
+    """What running `python` reads: for this interpreter, its prefixes, import path and schedrl's own
+    source; for another, the installation the executable sits in."""
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        here = str(Path(__file__).resolve().parents[2])  # schedrl itself, an editable install's source too
+        return sorted({sys.prefix, sys.base_prefix, here, *(p for p in sys.path if p and os.path.isdir(p))})
+    return [str(Path(os.path.realpath(python)).parent.parent)]
 
-    def __init__(self, slot: int = 0, python: str | None = None) -> None:
-        if os.geteuid() != 0:
-            raise SandboxUnavailable(
-                "sandbox needs root to create its namespaces and switch to an unprivileged uid "
-                f"(running as uid {os.geteuid()}); nothing is run unconfined"
-            )
-        self.uid = FIRST_UID + slot
-        # the system interpreter: the caller's virtual environment may sit where its uid cannot read
-        self.python = python or ("/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable)
-        self.unshare, self.setpriv, self.prlimit = _tool("unshare"), _tool("setpriv"), _tool("prlimit")
+
+class Sandbox:
+    """Confined runs under a uid of their own: `slot` asks for one uid (an error if another holder has
+    it), None takes the first free one. `close()` (or the end of the process) gives it back."""
+
+    def __init__(
+        self, slot: int | None = None, python: str | None = None, expose: Sequence[str] = ()
+    ) -> None:
+        self.unshare, self.setpriv, self.prlimit = _check()
         BASE_DIR.mkdir(mode=0o711, exist_ok=True)
         os.chmod(BASE_DIR, 0o711)
+        self.uid, self._lock = _claim_uid(slot)
+        self._kill_uid()  # whatever a crashed earlier holder of this uid left running
+        self.python = python or ("/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable)
+        paths = [*expose, *(interpreter_paths(self.python) if python else ())]
+        self.exposed = _exposures(paths)
+
+    def close(self) -> None:
+        if self._lock is not None:
+            self._lock.close()  # the lock goes with the file description
+            self._lock = None
+
+    @contextlib.contextmanager
+    def confine(
+        self,
+        argv: Sequence[str],
+        files: Mapping[str, str | bytes] | None = None,
+        limits: Limits | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Iterator[list[str]]:
+        """The command line that runs `argv` confined, in a fresh working directory holding `files`, for a
+        caller that starts the process and talks to it (over stdio) itself; there is no wall-clock limit
+        but the caller's. `env` is added to its environment (PATH only otherwise). On exit every process of
+        the uid is killed and the directory removed."""
+        work = Path(tempfile.mkdtemp(prefix=f"run-{self.uid}-", dir=BASE_DIR))
+        try:
+            self._populate(work, files or {})
+            yield self._command(work, list(argv), limits or Limits(), env or {})
+        finally:
+            self._kill_uid()
+            shutil.rmtree(work, ignore_errors=True)
 
     def run(
         self,
@@ -160,16 +214,17 @@ class Sandbox:
         os.chown(work, self.uid, self.uid)
         os.chmod(work, 0o700)
 
-    def _command(self, work: Path, program: list[str], lim: Limits) -> list[str]:
+    def _command(self, work: Path, program: list[str], lim: Limits, env: Mapping[str, str] = {}) -> list[str]:
         tmpfs = f"size={lim.tmpfs_mb}m,mode=1777"
-        masks = " && ".join(f"mount -t tmpfs -o {tmpfs} tmpfs {d}" for d in ("/tmp", "/var/tmp", "/dev/shm"))
+        mounts = [f"mount -t tmpfs -o {tmpfs} tmpfs {d}" for d in ("/tmp", "/var/tmp", "/dev/shm")]
+        mounts += _expose_script(self.exposed)
         mb = 1024 * 1024
         return [
             self.unshare, "--fork", "--pid", "--mount-proc", "--net", "--ipc", "--uts", "--kill-child",
-            "/bin/sh", "-c", f'{masks} && cd "$0" && exec "$@"', str(work),
+            "/bin/sh", "-c", f'{" && ".join(mounts)} && cd "$0" && exec "$@"', str(work),
             self.setpriv, f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--no-new-privs",
             "--inh-caps=-all", "--bounding-set=-all",
-            "/usr/bin/env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin",
+            "/usr/bin/env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", *(f"{k}={v}" for k, v in env.items()),
             self.prlimit, f"--cpu={lim.cpu_s}", f"--as={lim.memory_mb * mb}", f"--fsize={lim.file_mb * mb}",
             f"--nofile={lim.open_files}", f"--nproc={lim.processes}", "--core=0", "--",
             *program,
@@ -239,6 +294,57 @@ class Sandbox:
                 except OSError:  # exited while we looked
                     continue
         return pids
+
+
+def _claim_uid(slot: int | None) -> tuple[int, IO[str] | None]:
+    """A uid no other `Sandbox` on this machine holds, by an exclusive lock on its file in BASE_DIR."""
+    for n in [slot] if slot is not None else range(NUM_SLOTS):
+        if not 0 <= n < NUM_SLOTS:
+            raise ValueError(f"Sandbox.slot must be in [0, {NUM_SLOTS}), got {n!r}")
+        lock = open(BASE_DIR / f"uid-{FIRST_UID + n}.lock", "w")  # noqa: SIM115 -- held while the sandbox lives
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        return FIRST_UID + n, lock
+    if slot is not None:
+        raise SandboxUnavailable(f"sandbox slot {slot} (uid {FIRST_UID + slot}) is held by another sandbox")
+    raise SandboxUnavailable(f"all {NUM_SLOTS} sandbox uids are held")
+
+
+def _exposures(paths: Sequence[str]) -> dict[str, list[str]]:
+    """{an ancestor the sandbox uid cannot enter: the paths under it to bind back read-only}."""
+    out: dict[str, list[str]] = {}
+    for p in sorted({os.path.realpath(p) for p in paths if os.path.exists(p)}):
+        blocked = next(
+            (str(a) for a in reversed(Path(p).parents) if str(a) != "/" and not os.stat(a).st_mode & 1), None
+        )
+        if (
+            blocked is not None
+            and p != blocked
+            and not any(p.startswith(q + "/") for q in out.get(blocked, []))
+        ):
+            out.setdefault(blocked, []).append(p)
+    return out
+
+
+def _expose_script(exposed: Mapping[str, Sequence[str]]) -> list[str]:
+    """Shell steps (root, in the run's mount namespace, after /tmp is fresh): bind each path aside, lay an
+    empty tmpfs over its blocked ancestor, then move the binds back to their own paths."""
+    steps = []
+    for i, (blocked, paths) in enumerate(exposed.items()):
+        stages = [f"/tmp/.expose-{i}-{j}" for j in range(len(paths))]
+        for stage, p in zip(stages, paths, strict=True):
+            steps += [f"mkdir {stage}", f"mount --bind -o ro {shlex.quote(p)} {stage}"]
+        steps.append(f"mount -t tmpfs -o size=1m,mode=755 tmpfs {shlex.quote(blocked)}")
+        for stage, p in zip(stages, paths, strict=True):
+            steps += [
+                f"mkdir -p {shlex.quote(p)}",
+                f"mount --move {stage} {shlex.quote(p)}",
+                f"rmdir {stage}",
+            ]
+    return steps
 
 
 @dataclass

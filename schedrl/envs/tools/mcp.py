@@ -10,12 +10,20 @@ episode's reset and kept for the run: `list_tools` gives the tools and their JSO
 every call goes over the same session (verl opens one per call, the cost `bench/sandbox.py`
 measures). A call runs under the tool set's timeout; a result with `isError` becomes the tool's
 error output to the model. A call whose server dies under it is an error; the next call starts the
-server again, once (`max_restarts`); after that its tools answer with errors. A command that does not exist is an error naming it.
+server again, once (`max_restarts`); after that its tools answer with errors. A command that does not
+exist is an error naming it.
+
+`sandbox: true` (or a mapping of `schedrl.sandbox.Limits` fields, plus `expose:` paths) starts the
+server inside a `Sandbox`: its own uid, no network, rlimits, an empty working directory, and an
+environment of PATH and `env` only; "python" there is this interpreter with its packages. Paths in
+`args` must then be absolute (or use `-m module`); everything the server starts dies with the session.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import os
 import shutil
 import sys
@@ -39,6 +47,8 @@ class MCPServer:
     env: Mapping[str, str] = field(default_factory=dict)
     max_restarts: int = 1
     log: str | None = None  # where the server's stderr goes (appended); None: discarded
+    sandbox: Any = None  # None: unconfined; else the `Limits` of its Sandbox
+    expose: tuple[str, ...] = ()  # with sandbox: host paths bound read-only into it
 
     @classmethod
     def of(cls, spec: Any) -> MCPServer:
@@ -48,20 +58,52 @@ class MCPServer:
             return cls(sys.executable if spec == "python" else spec)
         if not isinstance(spec, Mapping) or "command" not in spec:
             raise ValueError(f"an MCP server is {{command: ..., args: [...]}}, got {spec!r}")
-        unknown = set(spec) - {"command", "args", "env", "max_restarts", "log"}
+        unknown = set(spec) - {"command", "args", "env", "max_restarts", "log", "sandbox"}
         if unknown:
             raise ValueError(f"MCP server {spec['command']!r}: unknown key(s) {', '.join(sorted(unknown))}")
         command = str(spec["command"])
+        limits, expose = _sandbox_limits(command, spec.get("sandbox"))
         return cls(
             sys.executable if command == "python" else command,  # "python": this interpreter
             tuple(str(a) for a in spec.get("args", ())),
             dict(spec.get("env", {})),
             int(spec.get("max_restarts", 1)),
             spec.get("log"),
+            limits,
+            expose,
         )
 
     def key(self) -> tuple:
-        return (self.command, self.args, tuple(sorted(self.env.items())))
+        return (self.command, self.args, tuple(sorted(self.env.items())), self.sandbox, self.expose)
+
+
+def server_limits(**fields: Any) -> Any:
+    """Sandbox limits for a server that lives as long as the run: CPU seconds for its whole life, room
+    for an interpreter with its threads; `fields` override."""
+    from schedrl.sandbox import Limits
+
+    base = {"wall_s": 1e9, "cpu_s": 3600, "memory_mb": 2048, "open_files": 256, "processes": 64}
+    return Limits(**{**base, **fields})
+
+
+def _sandbox_limits(command: str, spec: Any) -> tuple[Any, tuple[str, ...]]:
+    if spec is None or spec is False:
+        return None, ()
+    if spec is True:
+        return server_limits(), ()
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"MCP server {command!r}: sandbox is true or a mapping of limits, got {spec!r}")
+    from schedrl.sandbox import Limits
+
+    fields = {f.name for f in dataclasses.fields(Limits)}
+    unknown = set(spec) - fields - {"expose"}
+    if unknown:
+        raise ValueError(
+            f"MCP server {command!r}: unknown sandbox key(s) {', '.join(sorted(unknown))} "
+            f"(known: {', '.join(sorted(fields | {'expose'}))})"
+        )
+    limits = server_limits(**{k: v for k, v in spec.items() if k != "expose"})
+    return limits, tuple(str(p) for p in spec.get("expose", ()))
 
 
 class MCPSession:
@@ -90,31 +132,27 @@ class MCPSession:
         if shutil.which(cmd) is None and not os.path.exists(cmd):
             raise FileNotFoundError(f"MCP server command {cmd!r} not found")
         try:
-            from mcp import ClientSession, StdioServerParameters
-            from mcp.client.stdio import stdio_client
+            from mcp import StdioServerParameters
         except ImportError as err:
             raise ImportError("MCP tools need the MCP SDK: pip install 'schedrl[mcp]'") from err
-        params = StdioServerParameters(
-            command=cmd,
-            args=list(self.server.args),
-            env={"PATH": os.environ.get("PATH", ""), **self.server.env},
-        )
         ready: asyncio.Future = asyncio.get_running_loop().create_future()
         self._stop = asyncio.Event()
+        box = self._sandbox()
 
         async def serve() -> None:
             errlog = open(self.server.log or os.devnull, "a")  # noqa: SIM115 -- open for the session's life
             try:
-                async with (
-                    stdio_client(params, errlog=errlog) as (read, write),
-                    ClientSession(read, write) as session,
-                ):
-                    await session.initialize()
-                    self.tools = list((await session.list_tools()).tools)
-                    self.session = session
-                    ready.set_result(None)
-                    assert self._stop is not None
-                    await self._stop.wait()
+                with contextlib.ExitStack() as stack:
+                    argv = [cmd, *self.server.args]
+                    env = {"PATH": os.environ.get("PATH", ""), **self.server.env}
+                    if box is not None:
+                        stack.callback(box.close)
+                        argv = stack.enter_context(
+                            box.confine(argv, limits=self.server.sandbox, env=self.server.env)
+                        )
+                        env = {"PATH": env["PATH"]}
+                    params = StdioServerParameters(command=argv[0], args=argv[1:], env=env)
+                    await self._serve(params, errlog, ready)
             except BaseException as err:  # a server that fails to start or dies: its calls see it
                 if not ready.done():
                     ready.set_exception(
@@ -126,6 +164,33 @@ class MCPSession:
 
         self._task = asyncio.get_running_loop().create_task(serve())
         await ready
+
+    def _sandbox(self) -> Any:
+        if self.server.sandbox is None:
+            return None
+        from schedrl.sandbox import Sandbox
+
+        python = (
+            self.server.command
+            if os.path.realpath(self.server.command) == os.path.realpath(sys.executable)
+            else None
+        )
+        return Sandbox(python=python, expose=self.server.expose)
+
+    async def _serve(self, params: Any, errlog: Any, ready: asyncio.Future) -> None:
+        from mcp import ClientSession
+        from mcp.client.stdio import stdio_client
+
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            self.tools = list((await session.list_tools()).tools)
+            self.session = session
+            ready.set_result(None)
+            assert self._stop is not None
+            await self._stop.wait()
 
     async def call(self, name: str, arguments: Mapping[str, Any]) -> str:
         """The tool's text output; `MCPToolError` for an error result or a server that is gone."""
