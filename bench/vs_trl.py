@@ -15,6 +15,12 @@ model is evaluated by the same evaluator on the held-out split.
     python bench/vs_trl.py --workloads addition    # schedrl's synchronous loop, ~6 min
     python bench/vs_trl.py --workloads longtail    # schedrl's best schedule, ~35 min
     python bench/vs_trl.py --workloads addition --seeds 1 --steps 20   # a quick look
+    python bench/vs_trl.py --workloads tools --seeds 2 --steps 200      # multi-turn, a slow tool, ~35 min
+
+`tools` is multi-turn RL with a calculator whose answers take time. TRL 1.16's tool path cannot run
+it on this model and tokenizer (`bench/trl_tools.py` probes it on every run and prints TRL's own
+error), so there schedrl's best schedule is compared with TRL's lock-step tool loop on schedrl's
+engine: see `bench/trl_tools.py`.
 
 Each workload runs schedrl under its own schedule (`WORKLOADS[...]["schedule"]`, config overrides):
 addition on the synchronous loop, which its target is about; longtail on the best schedule so
@@ -289,7 +295,7 @@ def plot(results: dict, path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=[*WORKLOADS, "tools"])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=None, help="override the steps of every workload")
     ap.add_argument("--threads", type=int, default=2)
@@ -319,6 +325,13 @@ def main() -> None:
     results: dict[str, dict[str, list[dict]]] = {}
     report: dict[str, dict] = {}
     for name in args.workloads:
+        if name == "tools":
+            import trl_tools
+
+            plot_path = Path(args.plot.format(workload=name)) if "{workload}" in args.plot else None
+            report[name] = trl_tools.compare(args.seeds, args.steps or 200, plot_path)
+            print(json.dumps({name: report[name]}), flush=True)
+            continue
         workload = WORKLOADS[name]
         steps = args.steps or workload["steps"]
         overrides = ([] if args.sync else workload["schedule"]) + args.schedrl_set
@@ -376,12 +389,16 @@ def main() -> None:
         plots = [args.plot.format(workload=name) for name in results]
         for name, path in zip(results, plots, strict=True):
             plot({name: results[name]}, Path(path))
+        plots += [args.plot.format(workload="tools")] if "tools" in report else []
     else:
-        plots = [args.plot]
-        plot(results, Path(args.plot))
+        plots = [args.plot] if results else []
+        if results:
+            plot(results, Path(args.plot))
     out = {"workloads": report, "plots": plots, "trl_gradient_checkpointing": args.trl_gradient_checkpointing}
     if "addition" in report:
         out["sync_vs_trl_steps_per_s"] = report["addition"]["schedrl_vs_trl_steps_per_s"]
+    if "tools" in report:
+        out["best_vs_lockstep_time_to_target"] = report["tools"]["lockstep_time_to_target_over_schedrl"]
     if "longtail" in report:
         out["best_vs_trl_time_to_target"] = report["longtail"]["trl_time_to_target_over_schedrl"]
     print(json.dumps(out))
