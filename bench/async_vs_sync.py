@@ -113,7 +113,7 @@ def warm_start(steps: int, seed: int, out: Path) -> str:
     from schedrl.config import SFTConfig
     from schedrl.envs import make_task
     from schedrl.models import build_char_tokenizer, build_tiny_model
-    from schedrl.train.sft import sft_warmup
+    from schedrl.training.sft import sft_warmup
 
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer)
@@ -127,7 +127,7 @@ def one_run(args, mode: str, model_path: str, out: str, rnd: int) -> dict:
     from schedrl.config import config_from_dict
     from schedrl.orchestrate.sync import train
     from schedrl.report import write_report
-    from schedrl.train.run_dir import RunDir, read_metrics
+    from schedrl.training.run_dir import RunDir, read_metrics
 
     cfg = config_from_dict(recipe(args, model_path, out, f"{mode}-{rnd}", MODES[mode]))
     run = RunDir.create(cfg.out_dir, cfg.name)

@@ -50,7 +50,7 @@ def sft_start(seed: int, sft_steps: int, out: Path) -> Path:
     from schedrl.envs import make_task
     from schedrl.models import build_char_tokenizer, build_tiny_model
     from schedrl.models.tiny import TinyModelConfig
-    from schedrl.train.sft import sft_warmup
+    from schedrl.training.sft import sft_warmup
 
     torch.set_num_threads(1)
     torch.manual_seed(seed)
@@ -72,7 +72,7 @@ def run_one(scheduler: str, seed: int, start: str, steps: int, eval_every: int, 
     quiet_hf()
     from schedrl.config import config_from_dict
     from schedrl.orchestrate.sync import train
-    from schedrl.train.run_dir import RunDir
+    from schedrl.training.run_dir import RunDir
 
     cfg = config_from_dict(
         {

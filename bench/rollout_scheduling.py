@@ -65,7 +65,7 @@ from schedrl.rollout import (
 )
 from schedrl.rollout.speculative import _draft_logits, _sampling_probs
 from schedrl.seeding import derive_seed
-from schedrl.train.sft import sft_warmup
+from schedrl.training.sft import sft_warmup
 from schedrl.types import Request, Sample, SamplingParams
 
 

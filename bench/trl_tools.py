@@ -36,8 +36,8 @@ from schedrl.envs import make_task
 from schedrl.envs.calc import calc as exact_calc
 from schedrl.models import build_char_tokenizer, build_tiny_model
 from schedrl.orchestrate.sync import train
-from schedrl.train.run_dir import RunDir
-from schedrl.train.sft import sft_warmup
+from schedrl.training.run_dir import RunDir
+from schedrl.training.sft import sft_warmup
 
 MEDIAN_S, P99_S = 0.1, 2.0
 TASK = {"name": "calc", "args": {"min_digits": 2, "max_digits": 3, "ops": "*"}}

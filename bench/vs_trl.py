@@ -53,8 +53,8 @@ from schedrl.models import build_char_tokenizer, build_tiny_model, load_model_an
 from schedrl.orchestrate.evaluate import evaluate
 from schedrl.orchestrate.sync import train
 from schedrl.seeding import derive_seed
-from schedrl.train.run_dir import RunDir
-from schedrl.train.sft import sft_warmup
+from schedrl.training.run_dir import RunDir
+from schedrl.training.sft import sft_warmup
 
 BEST_SCHEDULE = [
     "pipeline.mode=async",

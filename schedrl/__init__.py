@@ -1,3 +1,11 @@
-"""schedrl: RL post-training where every what-runs-when decision is an explicit scheduler."""
+"""schedrl: RL post-training where every what-runs-when decision is an explicit scheduler.
+
+import schedrl
+schedrl.train("examples/demo.yaml", steps=20)           # a recipe and overrides: a Result
+schedrl.Trainer(model, tokenizer, reward_funcs=..., train_dataset=...).train()
+"""
+
+from schedrl.api import Result, Trainer, train
 
 __version__ = "0.1.0"
+__all__ = ["Result", "Trainer", "__version__", "train"]

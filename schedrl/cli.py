@@ -149,14 +149,23 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Draw a run's timeline (timeline.png, timeline.html) and print each worker's idle fraction."""
+    """Write a run's report (report.html: curves, lengths, staleness, schedulers, timeline, config)."""
     from schedrl.report import format_fractions, write_report
+    from schedrl.run_report import write_run_report
 
-    fractions = write_report(args.run_dir)
-    console.print(format_fractions(fractions))
-    console.print(
-        f"timeline: {Path(args.run_dir) / 'timeline.png'} and {Path(args.run_dir) / 'timeline.html'}"
-    )
+    root = Path(args.run_dir)
+    if (root / "timeline.jsonl").is_file():  # the Gantt chart on its own too: timeline.png, timeline.html
+        console.print(format_fractions(write_report(root)))
+    if (root / "metrics.jsonl").is_file() or not (root / "timeline.jsonl").is_file():
+        console.print(f"report: {write_run_report(root, args.out)}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Overlay several runs on one page."""
+    from schedrl.run_report import write_compare
+
+    console.print(f"comparison: {write_compare(args.run_dirs, args.out)}")
     return 0
 
 
@@ -187,7 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.set_defaults(fn=cmd_tasks)
     report = sub.add_parser("report", help=cmd_report.__doc__)
     report.add_argument("run_dir")
+    report.add_argument("--out", default=None, help="HTML path (default: RUN_DIR/report.html)")
     report.set_defaults(fn=cmd_report)
+    compare = sub.add_parser("compare", help=cmd_compare.__doc__)
+    compare.add_argument("run_dirs", nargs="+")
+    compare.add_argument("--out", default="compare.html")
+    compare.set_defaults(fn=cmd_compare)
     return parser
 
 

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from collections import deque
+from collections.abc import Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 
-import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from schedrl.config import RunConfig, config_to_dict, load_config
+from schedrl.config import RunConfig, load_config
 from schedrl.models.loading import quiet_hf
 
 console = Console()
@@ -61,25 +63,26 @@ def progress_bar(total_rl: int, total_sft: int):
         yield on_sft, on_rl
 
 
-def _run_dir(cfg: RunConfig, resume: str | None):
-    from schedrl.train.run_dir import RunDir
-
-    if resume:
-        return RunDir.open(resume)
-    name = cfg.name or f"{cfg.task.name}-{datetime.now():%Y%m%d-%H%M%S}"
-    run = RunDir.create(cfg.out_dir, name)
-    run.config_path.write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
-    return run
-
-
-def _train(cfg: RunConfig, resume: str | None) -> dict:
-    from schedrl.orchestrate.sync import train
+def _train(cfg: RunConfig, resume: str | None, sets: Sequence[str] = ()) -> dict:
+    """`schedrl.train` under the progress bars; a new run gets its name first, to print where it goes."""
+    from schedrl.api import train
 
     quiet_hf()
-    run = _run_dir(cfg, resume)
-    console.print(f"run directory: {run.root}")
-    with progress_bar(cfg.steps, cfg.sft.steps if not resume else 0) as (on_sft, on_rl):
-        return train(cfg, run, resume=bool(resume), on_step=on_rl, on_sft_step=on_sft)
+    if resume:
+        console.print(f"run directory: {resume}")
+        with progress_bar(cfg.steps, 0) as (on_sft, on_rl):
+            result = train(resume=resume, sets=sets, on_step=on_rl, on_sft_step=on_sft)
+    else:
+        cfg = dataclasses.replace(cfg, name=cfg.name or f"{cfg.task.name}-{datetime.now():%Y%m%d-%H%M%S}")
+        console.print(f"run directory: {Path(cfg.out_dir) / str(cfg.name)}")
+        with progress_bar(cfg.steps, cfg.sft.steps) as (on_sft, on_rl):
+            result = train(cfg, on_step=on_rl, on_sft_step=on_sft)
+    return {
+        "eval_before": result.eval_before,
+        "eval_after": result.eval_after,
+        "run_dir": str(result.run_dir),
+        "plot": str(result.plot),
+    }
 
 
 def _eval_table(before: dict, after: dict) -> Table:
@@ -94,14 +97,19 @@ def _eval_table(before: dict, after: dict) -> Table:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Train with a YAML recipe (or resume a run directory)."""
-    config, saved = args.config, False
-    if args.resume and config is None:
-        from schedrl.train.run_dir import RunDir
+    from schedrl.api import resolve_config, saved_config
 
-        config, saved = RunDir.open(args.resume).config_path, True
-    cfg = load_config(config, args.set, saved=saved)
+    if args.resume and args.config is not None:
+        raise ValueError(
+            "train --resume continues the run's own config.yaml; give --set overrides, not a recipe"
+        )
+    cfg = (
+        saved_config(args.resume, sets=args.set)
+        if args.resume
+        else resolve_config(args.config, sets=args.set)
+    )
     start = time.perf_counter()
-    result = _train(cfg, args.resume)
+    result = _train(cfg, args.resume, args.set)
     console.print(_eval_table(result["eval_before"], result["eval_after"]))
     console.print(f"reward curve: {result['plot']}")
     summary = {
@@ -150,7 +158,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     from schedrl.envs import make_task
     from schedrl.models import default_device
     from schedrl.orchestrate.build import load_policy
-    from schedrl.train.sft import sft_warmup
+    from schedrl.training.sft import sft_warmup
 
     quiet_hf()
     cfg = load_config(args.config, args.set)

@@ -188,6 +188,15 @@ class DataConfig:
 
 
 @dataclass
+class LoggingConfig:
+    # where metrics are mirrored besides metrics.jsonl (always written): tensorboard, wandb, mlflow
+    backends: tuple[str, ...] = ("jsonl", "tensorboard")
+    project: str = "schedrl"  # W&B project / MLflow experiment
+    wandb_mode: str | None = None  # online, offline or disabled; None: W&B's own default (WANDB_MODE)
+    mlflow_tracking_uri: str | None = None  # None: a file store in the run directory (mlruns/)
+
+
+@dataclass
 class RunConfig:
     seed: int = 0  # seeds data, sampling and initialisation
     steps: int = 300  # RL training steps
@@ -207,6 +216,7 @@ class RunConfig:
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
 
 # Fields that must be > 0 or >= 0, by dotted name.
@@ -281,6 +291,10 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
                 f"config field '{where}' must be one of {', '.join(map(repr, args))}, got {value!r}"
             )
         return value
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        if not isinstance(value, list | tuple):
+            raise bad
+        return tuple(_convert(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
     if origin is tuple:
         if not isinstance(value, list | tuple) or len(value) != len(args):
             raise bad
@@ -343,6 +357,14 @@ def _validate(cfg: RunConfig) -> None:
     _validate_admission(cfg.engine)
     _validate_data(cfg)
     _validate_rollout(cfg)
+    known = ("jsonl", "tensorboard", "wandb", "mlflow")
+    for name in cfg.logging.backends:
+        if name not in known:
+            raise ConfigError(f"config field 'logging.backends' has {name!r}; known: {', '.join(known)}")
+    if cfg.logging.wandb_mode not in (None, "online", "offline", "disabled"):
+        raise ConfigError(
+            f"config field 'logging.wandb_mode' must be online, offline or disabled, got {cfg.logging.wandb_mode!r}"
+        )
     if not 0 < cfg.sampling.top_p <= 1:
         raise ConfigError(f"config field 'sampling.top_p' must be in (0, 1], got {cfg.sampling.top_p!r}")
     if cfg.sampling.prompts_per_step * cfg.sampling.group_size < cfg.optim.minibatches:

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from schedrl.train.batch import collate
+from schedrl.training.batch import collate
 
 
 def test_collate_masks_only_completion_targets():

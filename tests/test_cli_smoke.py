@@ -19,8 +19,8 @@ import pytest
 
 from schedrl.data import SCHEDULERS
 from schedrl.orchestrate.step_metrics import STEP_KEYS
-from schedrl.train.checkpoint import latest_checkpoint
-from schedrl.train.run_dir import read_metrics
+from schedrl.training.checkpoint import latest_checkpoint
+from schedrl.training.run_dir import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

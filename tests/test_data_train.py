@@ -4,10 +4,11 @@ import json
 import shutil
 
 from schedrl.config import config_from_dict
+from schedrl.orchestrate.step_metrics import TIMING_KEYS
 from schedrl.orchestrate.sync import train
-from schedrl.train.run_dir import RunDir, read_metrics
+from schedrl.training.run_dir import RunDir, read_metrics
 
-TIMING = {"gen_s", "train_s", "step_s", "tokens_per_s"}
+TIMING = set(TIMING_KEYS)
 CFG = {
     "steps": 4,
     "save_every": 2,

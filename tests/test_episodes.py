@@ -15,8 +15,8 @@ from schedrl.envs.environment import Observation, StepResult
 from schedrl.envs.ledger import encode
 from schedrl.orchestrate.sync import train
 from schedrl.rollout.episodes import EpisodeRunner
-from schedrl.train.batch import collate
-from schedrl.train.run_dir import RunDir, read_metrics
+from schedrl.training.batch import collate
+from schedrl.training.run_dir import RunDir, read_metrics
 from schedrl.types import Request, SamplingParams
 
 

@@ -13,7 +13,7 @@ from schedrl.orchestrate.sync import train
 from schedrl.rollout.episode_engine import EpisodeEngine
 from schedrl.rollout.episodes import EpisodeRunner
 from schedrl.rollout.tool_wait import Pin, Release
-from schedrl.train.run_dir import RunDir, read_metrics
+from schedrl.training.run_dir import RunDir, read_metrics
 from schedrl.types import Request, SamplingParams
 
 

@@ -128,7 +128,7 @@ def test_no_private_name_is_imported_from_another_module():
     [
         ("schedrl.engine", "schedrl.rollout"),
         ("schedrl.engine", "schedrl.orchestrate"),
-        ("schedrl.algos", "schedrl.train"),
+        ("schedrl.algos", "schedrl.training"),
     ],
 )
 def test_lower_layers_do_not_import_upper_ones(package, forbidden):

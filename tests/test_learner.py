@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from schedrl.config import AlgoConfig, OptimConfig
-from schedrl.train.batch import TokenBatch, collate
-from schedrl.train.learner import Learner, NonFiniteLossError
+from schedrl.training.batch import TokenBatch, collate
+from schedrl.training.learner import Learner, NonFiniteLossError
 
 
 def make_batch(n=8, seed=0):
@@ -129,7 +129,7 @@ def test_a_loss_the_learner_cannot_drive_is_a_clear_error(default_model):
 
 
 def test_adamw_is_fused_on_cpu_and_steps_as_the_per_tensor_loop():
-    from schedrl.train.optimizer import adamw
+    from schedrl.training.optimizer import adamw
 
     torch.manual_seed(0)
     a = torch.nn.Linear(5, 3)

@@ -10,8 +10,8 @@ import torch
 
 from schedrl.algos import drgrpo_loss
 from schedrl.config import AlgoConfig, OptimConfig
-from schedrl.train.batch import collate, prompt_groups
-from schedrl.train.learner import Learner
+from schedrl.training.batch import collate, prompt_groups
+from schedrl.training.learner import Learner
 
 
 def one_thread():

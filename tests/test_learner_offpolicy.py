@@ -12,8 +12,8 @@ from test_learner import make_batch
 from test_learner_algos import one_thread
 
 from schedrl.config import AlgoConfig, ConfigError, OptimConfig, config_from_dict
-from schedrl.train.batch import collate
-from schedrl.train.learner import Learner
+from schedrl.training.batch import collate
+from schedrl.training.learner import Learner
 
 
 @pytest.fixture(autouse=True)

@@ -11,8 +11,8 @@ from test_learner_algos import one_thread
 from schedrl.config import config_from_dict
 from schedrl.orchestrate.build import build
 from schedrl.orchestrate.sync import train
-from schedrl.train.checkpoint import latest_checkpoint, load_checkpoint
-from schedrl.train.run_dir import RunDir, read_metrics
+from schedrl.training.checkpoint import latest_checkpoint, load_checkpoint
+from schedrl.training.run_dir import RunDir, read_metrics
 
 PPO = {
     "algo": {"name": "ppo", "advantage": "reward", "vf_coef": 0.5},

@@ -18,8 +18,8 @@ from test_learner_algos import one_thread
 
 from schedrl.algos import registry
 from schedrl.config import AlgoConfig, OptimConfig
-from schedrl.train.batch import collate
-from schedrl.train.learner import Learner
+from schedrl.training.batch import collate
+from schedrl.training.learner import Learner
 
 LETTERS = string.ascii_lowercase[:16]
 STEPS, LENGTH = 12, 2

@@ -8,7 +8,7 @@ from test_train import REVERSE
 
 from schedrl.config import config_from_dict
 from schedrl.orchestrate.sync import train
-from schedrl.train.run_dir import RunDir, read_metrics
+from schedrl.training.run_dir import RunDir, read_metrics
 
 ALGOS = {
     "ppo": {"name": "ppo", "advantage": "reward", "vf_coef": 0.5},

@@ -12,8 +12,8 @@ import torch
 from schedrl.algos import registry
 from schedrl.algos.spec import LossSpec
 from schedrl.config import AlgoConfig, OptimConfig
-from schedrl.train.batch import collate
-from schedrl.train.learner import Learner
+from schedrl.training.batch import collate
+from schedrl.training.learner import Learner
 
 
 @pytest.mark.parametrize("name", list(registry.available("loss")))

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from schedrl.train.metrics import pass_at_k, percentile, summarize_eval
+from schedrl.training.metrics import pass_at_k, percentile, summarize_eval
 
 
 @pytest.mark.parametrize(

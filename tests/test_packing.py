@@ -11,9 +11,9 @@ import torch
 from test_learner import make_batch
 
 from schedrl.config import AlgoConfig, OptimConfig
-from schedrl.train.batch import collate, prompt_lengths
-from schedrl.train.learner import Learner, takes_4d_masks
-from schedrl.train.packing import pack, pack_fewest, pack_shared
+from schedrl.training.batch import collate, prompt_lengths
+from schedrl.training.learner import Learner, takes_4d_masks
+from schedrl.training.packing import pack, pack_fewest, pack_shared
 
 
 def group_batch(n_prompts=4, g=6, seed=0):

@@ -19,8 +19,8 @@ from schedrl.orchestrate.sync import train, warm_start
 from schedrl.report import write_report
 from schedrl.rollout import group_requests
 from schedrl.timeline import TIMELINE_FILE, read_spans
-from schedrl.train.checkpoint import latest_checkpoint
-from schedrl.train.run_dir import RunDir, read_metrics
+from schedrl.training.checkpoint import latest_checkpoint
+from schedrl.training.run_dir import RunDir, read_metrics
 from schedrl.types import SamplingParams
 
 BASE = {

@@ -30,7 +30,7 @@ from schedrl.envs import make_task
 from schedrl.envs.scoring import RewardScorer
 from schedrl.orchestrate.build import Components
 from schedrl.orchestrate.pipeline import Pipeline
-from schedrl.train.run_dir import RunDir
+from schedrl.training.run_dir import RunDir
 from schedrl.types import Request, Sample
 
 

@@ -11,7 +11,7 @@ from schedrl.config import ConfigError, config_from_dict
 from schedrl.engine import EngineConfig, HFEngine
 from schedrl.orchestrate.sync import train
 from schedrl.rollout.step import StepRollout
-from schedrl.train.run_dir import RunDir, read_metrics
+from schedrl.training.run_dir import RunDir, read_metrics
 from schedrl.types import Request, SamplingParams
 
 PROMPTS = ["12+34=", "sort:31415926=", "rev:0123456789=", "9+9="]

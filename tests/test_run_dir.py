@@ -7,7 +7,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.summary.writer import event_file_writer
 
-from schedrl.train.run_dir import MetricsLogger, RunDir, plot_reward_curve, read_metrics
+from schedrl.training.run_dir import MetricsLogger, RunDir, plot_reward_curve, read_metrics
 
 
 def _scalars(tb_dir: Path, tag: str) -> list[tuple[int, float]]:

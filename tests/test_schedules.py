@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from schedrl.train.schedules import constant, cosine_decay, linear_warmup, make_schedule
+from schedrl.training.schedules import constant, cosine_decay, linear_warmup, make_schedule
 
 
 def test_closed_form_values():

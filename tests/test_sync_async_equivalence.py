@@ -12,7 +12,7 @@ import pytest
 
 from schedrl.config import config_from_dict
 from schedrl.orchestrate.sync import train
-from schedrl.train.run_dir import RunDir, read_metrics
+from schedrl.training.run_dir import RunDir, read_metrics
 
 BASE = {
     "task": {"name": "sort", "args": {"min_len": 2, "max_len": 3}},

@@ -12,10 +12,11 @@ import pytest
 from schedrl.cli import main
 from schedrl.config import config_from_dict
 from schedrl.envs.scoring import RewardError
+from schedrl.orchestrate.step_metrics import TIMING_KEYS
 from schedrl.orchestrate.sync import train
-from schedrl.train.run_dir import RunDir, read_metrics
+from schedrl.training.run_dir import RunDir, read_metrics
 
-TIMING = {"gen_s", "train_s", "step_s", "tokens_per_s"}
+TIMING = set(TIMING_KEYS)
 REVERSE = {
     "task": {"name": "reverse", "args": {"min_len": 2, "max_len": 3}},
     "sampling": {"prompts_per_step": 16, "group_size": 8, "max_new_tokens": 4},

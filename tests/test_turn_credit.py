@@ -14,7 +14,7 @@ from schedrl.engine import EngineConfig, HFEngine
 from schedrl.envs import make_env, make_task
 from schedrl.orchestrate.update_batch import learner_advantages
 from schedrl.rollout.episodes import EpisodeRunner
-from schedrl.train.batch import collate, target_rows
+from schedrl.training.batch import collate, target_rows
 from schedrl.types import Request, Sample, SamplingParams
 
 

@@ -3,7 +3,7 @@
 GAE does not fit the advantage contract (``(rewards, group_index)`` per sample): it needs per-token
 rewards and values, so it is exported plainly, and the learner calls ``ppo_advantages`` itself when the
 loss takes ``returns``. The registered ``ppo`` loss is PPO-clip on those token advantages plus the
-clipped value loss; the value head is ``schedrl.train.value_head.ValueHead``.
+clipped value loss; the value head is ``schedrl.training.value_head.ValueHead``.
 
 Shapes: B sequences, T tokens; ``mask`` (B, T) is 1 on completion tokens (the actions), 0 elsewhere.
 

@@ -2,7 +2,7 @@
 token clipping.
 
 Conventions as ``losses.py``; ``values`` (B, T) are the value head's V(s_t) at every target position
-(``schedrl.train.value_head.ValueHead``), carrying grad.
+(``schedrl.training.value_head.ValueHead``), carrying grad.
 
 References: Schulman et al. 2017, "Proximal Policy Optimization Algorithms", arXiv:1707.06347, for the
 ratio and the clip. The paper defining SAO's exact objective was not available offline; the equation

@@ -223,8 +223,13 @@ class RayBackend:
         engine_cpus: int = 1,
         learner_cpus: int = 1,
     ) -> None:
-        import ray  # an optional extra: imported only when a Ray backend is asked for
-        import ray.exceptions
+        try:  # an optional extra: imported only when a Ray backend is asked for
+            import ray
+            import ray.exceptions
+        except ImportError:
+            raise ImportError(
+                "pipeline.backend 'ray' needs Ray: pip install 'schedrl[ray]' (or use backend 'threads')"
+            ) from None
 
         self.ray, self.errors = ray, ray.exceptions
         self._started = False

@@ -17,8 +17,8 @@ import torch
 
 from schedrl.config import RunConfig, config_from_dict
 from schedrl.timeline import Recorder, Span
-from schedrl.train.batch import collate
-from schedrl.train.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
+from schedrl.training.batch import collate
+from schedrl.training.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
 from schedrl.types import Request, Sample
 
 

@@ -35,6 +35,9 @@ class Task:
     """Optional difficulty estimate; ``None`` when unknown."""
     metadata: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     """Free-form extra fields (e.g. the other columns of a user's dataset row)."""
+    messages: tuple[dict[str, Any], ...] | None = field(default=None, hash=False, compare=False)
+    """A chat prompt (role/content messages), rendered by the tokenizer's chat template; ``prompt`` then
+    holds a readable copy, and `schedrl.envs.chat.prompt_ids` gives the tokens the model sees."""
 
 
 @runtime_checkable

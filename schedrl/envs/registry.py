@@ -16,6 +16,7 @@ from schedrl.envs.digits import ReverseDigitsTask, SortDigitsTask
 from schedrl.envs.environment import Environment, SingleTurnEnv, build_environment
 from schedrl.envs.guess import GuessEnv, GuessTask
 from schedrl.envs.longtail import LongtailMix
+from schedrl.envs.math_words import MathWordTask
 from schedrl.envs.tiered import TieredMix
 from schedrl.envs.tool_env import tool_env
 from schedrl.envs.user import FileTask
@@ -33,6 +34,7 @@ for _name, _factory in (
     ("calc", CalcTask),
     ("guess", GuessTask),
     ("linear_code", LinearCodeTask),
+    ("math_words", MathWordTask),
 ):
     TASKS.add(_name, _factory)
 

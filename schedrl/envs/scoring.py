@@ -21,17 +21,29 @@ class RewardScorer:
     """Calls `source.reward` per sample; stops the run when the error rate exceeds `max_error_rate`.
 
     A task whose reward waits on something outside the process (a sandbox, a server) declares
-    `reward_workers = n`: its rewards then run on n threads at once, in sample order."""
+    `reward_workers = n`: its rewards then run on n threads at once, in sample order. A task with
+    `reward_batch(tasks, completions, completion_ids) -> (rewards, metrics)` (batch reward functions,
+    as TRL's) is scored in one call; if that call raises, every sample of it scores 0 and is counted.
+    `take_metrics()` gives the batch metrics' means since the last call."""
 
     def __init__(self, source: TaskSource, max_error_rate: float = 0.05, min_samples: int = 50) -> None:
         self.source, self.max_error_rate, self.min_samples = source, max_error_rate, min_samples
         self.errors = 0
         self.total = 0
         self.last_error: str | None = None
+        self._metrics: dict[str, list[float]] = {}  # key -> [weighted sum, weight]
+
+    def take_metrics(self) -> dict[str, float]:
+        out = {k: total / n for k, (total, n) in self._metrics.items() if n}
+        self._metrics = {}
+        return out
 
     def __call__(self, tasks: Mapping[str, Task], samples: Sequence[Sample]) -> list[float]:
         workers = int(getattr(self.source, "reward_workers", 1) or 1)
-        if workers > 1 and len(samples) > 1:
+        batch = getattr(self.source, "reward_batch", None)
+        if batch is not None and samples:
+            outcomes = self._score_batch(batch, [tasks[task_of(s)] for s in samples], samples)
+        elif workers > 1 and len(samples) > 1:
             with ThreadPoolExecutor(min(workers, len(samples))) as pool:
                 outcomes = list(pool.map(lambda s: self._score(tasks[task_of(s)], s.text), samples))
         else:
@@ -51,6 +63,19 @@ class RewardScorer:
                 f"max_reward_error_rate={self.max_error_rate}; last error: {self.last_error}"
             )
         return rewards
+
+    def _score_batch(
+        self, batch, tasks: list[Task], samples: Sequence[Sample]
+    ) -> list[tuple[float, str | None]]:
+        try:
+            rewards, metrics = batch(tasks, [s.text for s in samples], [s.token_ids for s in samples])
+        except Exception as err:  # a user's reward function may raise anything: the batch scores 0
+            return [(0.0, f"{type(err).__name__}: {err}")] * len(samples)
+        for k, v in metrics.items():
+            acc = self._metrics.setdefault(k, [0.0, 0.0])
+            acc[0] += v * len(samples)
+            acc[1] += len(samples)
+        return [(float(r), None) for r in rewards]
 
     def _score(self, task: Task, text: str) -> tuple[float, str | None]:
         """(reward, None), or (0.0, what went wrong) when the reward raised or was not finite."""

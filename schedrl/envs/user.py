@@ -1,13 +1,15 @@
-"""User task sets from JSONL, Parquet or a ``datasets.save_to_disk`` directory, scored by dotted-path reward.
+"""User task sets from JSONL, Parquet, a ``datasets.save_to_disk`` directory or rows in memory (a
+``datasets.Dataset``, a list of dicts), scored by one or several reward functions.
 
-Each row needs a non-empty string prompt; answer, id and domain are optional. Columns other
-than these four land in ``Task.metadata`` so a custom reward can read them (e.g. test cases).
+Each row needs a prompt: a non-empty string, or a list of chat messages (rendered by the
+tokenizer's chat template, `schedrl.envs.chat`). answer, id and domain are optional. Every column
+but the prompt lands in ``Task.metadata``, so a reward can read them (test cases, a solution); TRL-
+shaped rewards get them as keyword lists (`schedrl.envs.reward_funcs`).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import random
 import typing
 from collections.abc import Iterator
@@ -16,6 +18,8 @@ from typing import Any
 
 from schedrl.dotted import load_object
 from schedrl.envs.base import RewardFn, Task, check_count, check_split, split_of
+from schedrl.envs.chat import check_messages, readable
+from schedrl.envs.reward_funcs import RewardFuncs
 
 
 def load_callable(path: str) -> RewardFn:
@@ -32,6 +36,13 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
                 yield f"line {lineno}", json.loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path} line {lineno}: invalid JSON: {e.msg}") from e
+
+
+def _memory_rows(rows: Any) -> Iterator[tuple[str, Any]]:
+    """Rows of a `datasets.Dataset` (or anything with `to_list`), or of a list of dicts."""
+    items = rows.to_list() if hasattr(rows, "to_list") else list(rows)
+    for i, row in enumerate(items):
+        yield f"row {i}", row
 
 
 def _table_rows(path: Path) -> Iterator[tuple[str, Any]]:
@@ -68,67 +79,111 @@ def _field(where: str, row: dict, name: str, default: str | None, allow_int: boo
     return value
 
 
-class FileTask:
-    """Tasks loaded from a file, scored by a user function ``fn(task, completion) -> float``.
+def _rows_of(path: Path) -> Iterator[tuple[str, Any]]:
+    if not path.exists():
+        raise FileNotFoundError(f"task 'file': no such file or directory: {path}")
+    if path.is_dir() or path.suffix == ".parquet":
+        return _table_rows(path)
+    if path.suffix == ".jsonl":
+        return _jsonl_rows(path)
+    raise ValueError(f"{path}: unsupported file type; expected .jsonl, .parquet or a datasets dir")
 
-    Splits are a deterministic hash of each task id (``eval_fraction`` of ids are eval);
-    ``sample`` draws with replacement. The reward function receives the completion with
-    surrounding whitespace stripped.
+
+def _reward_funcs(reward: Any, weights: Any) -> RewardFuncs:
+    items = reward if isinstance(reward, list | tuple) else [reward]
+    for r in items:
+        if isinstance(r, str) and r.startswith("<in-memory"):
+            raise ValueError(
+                f"reward {r}: the run was started by a Trainer with a reward function that is not importable "
+                "by name (a lambda, a closure, a function of __main__); continue it with "
+                "Trainer(...same objects...).train(resume=RUN_DIR)"
+            )
+    funcs = [r if callable(r) else load_callable(r) for r in items]
+    return RewardFuncs(funcs, None if weights is None else [float(w) for w in weights])
+
+
+class FileTask:
+    """Tasks from a file or from rows in memory, scored by reward functions (`reward`: one, or a list
+    with `reward_weights`; each a dotted path or a callable, in TRL's shape or ``fn(task, completion)``).
+
+    With `eval_path` (or `eval_rows`) that set is the eval split and every row of the first is train;
+    otherwise the split is a deterministic hash of each task id (``eval_fraction`` of ids are eval).
+    ``sample`` draws with replacement. Rewards receive the completion with surrounding whitespace
+    stripped.
     """
 
     name = "file"
 
     def __init__(
         self,
-        path: str | Path,
-        reward: str | RewardFn,
+        path: str | Path | None = None,
+        reward: str | RewardFn | list | None = None,
         prompt_field: str = "prompt",
         answer_field: str = "answer",
         id_field: str = "id",
         domain_field: str = "domain",
         eval_fraction: float = 0.1,
+        eval_path: str | Path | None = None,
+        reward_weights: list[float] | None = None,
+        rows: Any = None,
+        eval_rows: Any = None,
     ) -> None:
         if isinstance(eval_fraction, bool) or not isinstance(eval_fraction, int | float):
             raise ValueError(f"task 'file': eval_fraction must be a number in [0, 1], got {eval_fraction!r}")
         if not 0.0 <= eval_fraction <= 1.0:
             raise ValueError(f"task 'file': eval_fraction must be in [0, 1], got {eval_fraction!r}")
-        self.path = Path(path)
+        if (path is None) == (rows is None):
+            raise ValueError("task 'file' takes a path or rows, exactly one")
+        if reward is None:
+            raise ValueError("task 'file' needs a reward: a dotted path, a function, or a list of them")
+        self.path = Path(path) if path is not None else Path("dataset")
         self.eval_fraction = float(eval_fraction)
-        self.reward_fn: RewardFn = reward if callable(reward) else load_callable(reward)
+        self.rewards = _reward_funcs(reward, reward_weights)
         self.fields = {"prompt": prompt_field, "answer": answer_field, "id": id_field, "domain": domain_field}
-        self.tasks = self._load()
+        train = self._load(_rows_of(self.path) if rows is None else _memory_rows(rows), self.path)
+        evals = None
+        if eval_path is not None or eval_rows is not None:
+            epath = Path(eval_path) if eval_path is not None else Path("eval_dataset")
+            evals = self._load(_rows_of(epath) if eval_rows is None else _memory_rows(eval_rows), epath)
+        self.tasks = train + (evals or [])
         self.splits: dict[str, list[Task]] = {"train": [], "eval": []}
-        for task in self.tasks:
-            self.splits[split_of(task.id, self.eval_fraction)].append(task)
+        if evals is not None:
+            self.splits = {"train": train, "eval": evals}
+        else:
+            for task in train:
+                self.splits[split_of(task.id, self.eval_fraction)].append(task)
 
-    def _rows(self) -> Iterator[tuple[str, Any]]:
-        if not self.path.exists():
-            raise FileNotFoundError(f"task 'file': no such file or directory: {self.path}")
-        if self.path.is_dir() or self.path.suffix == ".parquet":
-            return _table_rows(self.path)
-        if self.path.suffix == ".jsonl":
-            return _jsonl_rows(self.path)
-        raise ValueError(f"{self.path}: unsupported file type; expected .jsonl, .parquet or a datasets dir")
-
-    def _load(self) -> list[Task]:
+    def _load(self, rows: Iterator[tuple[str, Any]], path: Path) -> list[Task]:
         f = self.fields
         tasks = []
-        for where_short, row in self._rows():
-            where = f"{self.path} {where_short}"
+        for where_short, row in rows:
+            where = f"{path} {where_short}"
             if not isinstance(row, dict):
                 raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            default_id = f"{self.path.stem}-{where_short.replace(' ', '')}"
+            if f["prompt"] not in row:
+                raise ValueError(
+                    f"{where}: no {f['prompt']!r} column; the columns are {', '.join(map(repr, row)) or 'none'}"
+                )
+            default_id = f"{path.stem}-{where_short.replace(' ', '')}"
+            raw_prompt = row[f["prompt"]]
+            messages = None
+            if isinstance(raw_prompt, list):
+                messages = check_messages(raw_prompt, where)
+                prompt = readable(messages)
+            else:
+                prompt = _field(where, row, f["prompt"], None)
             tasks.append(
                 Task(
                     id=_field(where, row, f["id"], default_id, allow_int=True),
-                    prompt=_field(where, row, f["prompt"], None),
+                    prompt=prompt,
                     answer=_field(where, row, f["answer"], ""),
                     domain=_field(where, row, f["domain"], self.name),
-                    metadata={k: v for k, v in row.items() if k not in f.values()},
+                    metadata={k: v for k, v in row.items() if k != f["prompt"]},
+                    messages=messages,
                 )
             )
         if not tasks:
-            raise ValueError(f"{self.path}: no tasks found")
+            raise ValueError(f"{path}: no tasks found")
         return tasks
 
     def sample(self, split: str, n: int, seed: int) -> list[Task]:
@@ -142,10 +197,14 @@ class FileTask:
         return [rng.choice(pool) for _ in range(n)]
 
     def reward(self, task: Task, completion: str) -> float:
-        value = float(self.reward_fn(task, completion.strip()))
-        if not math.isfinite(value):
-            raise ValueError(f"task 'file': reward function returned {value} for task {task.id!r}")
-        return value
+        return self.reward_batch([task], [completion], [()])[0][0]
+
+    def reward_batch(
+        self, tasks: list[Task], completions: list[str], completion_ids: list
+    ) -> tuple[list[float], dict[str, float]]:
+        """Every reward function over the batch at once (TRL's are batch functions): the weighted rewards
+        and per-function metrics."""
+        return self.rewards.score(tasks, [c.strip() for c in completions], completion_ids)
 
     def solution(self, task: Task) -> str:
         return task.answer

@@ -34,8 +34,17 @@ class TinyModelConfig:
     seed: int = 0  # torch seed for the weight init
 
 
+# A chat template short enough for the tiny model's context: "role: content" lines, an assistant turn
+# closed by the eos token, and "assistant: " to prompt the next one.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] + ': ' + m['content'] }}"
+    "{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}{{ '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'assistant: ' }}{% endif %}"
+)
+
+
 def build_char_tokenizer() -> PreTrainedTokenizerFast:
-    """A character-level tokenizer over printable ASCII and newline; left padding."""
+    """A character-level tokenizer over printable ASCII and newline, with a chat template; left padding."""
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + ALPHABET)}
     backend = Tokenizer(tok_models.WordLevel(vocab=vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
@@ -48,6 +57,7 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
         unk_token="<unk>",
         padding_side="left",
         model_max_length=TinyModelConfig.max_position_embeddings,
+        chat_template=CHAT_TEMPLATE,
     )
 
 

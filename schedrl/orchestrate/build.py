@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from schedrl.config import RunConfig
+from schedrl.config import RunConfig, config_to_dict
 from schedrl.data import DataContext, DataScheduler, make_scheduler
 from schedrl.engine import Engine, EngineConfig, HFEngine
 from schedrl.envs import Environment, TaskSource, make_env, make_task
@@ -28,9 +29,9 @@ from schedrl.rollout.episodes import EpisodeRunner
 from schedrl.rollout.registry import make_admission
 from schedrl.rollout.step import StepRollout
 from schedrl.rollout.tool_wait import ToolWaitPolicy, make_tool_wait
-from schedrl.train.checkpoint import latest_checkpoint, load_checkpoint, set_rng_state
-from schedrl.train.learner import Learner
-from schedrl.train.run_dir import MetricsLogger, RunDir
+from schedrl.training.checkpoint import latest_checkpoint, load_checkpoint, set_rng_state
+from schedrl.training.learner import Learner
+from schedrl.training.run_dir import MetricsLogger, RunDir
 from schedrl.types import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -144,12 +145,12 @@ def make_episodes(cfg: RunConfig, engine: Engine, tokenizer: Any, source: TaskSo
     )
 
 
-def build(cfg: RunConfig, run: RunDir, resume: bool = False) -> Components:
+def build(cfg: RunConfig, run: RunDir, resume: bool = False, source: TaskSource | None = None) -> Components:
     torch.manual_seed(cfg.seed)
     device = default_device()
     ckpt = latest_checkpoint(run.ckpt_dir) if resume else None
     model, tokenizer = load_policy(cfg, ckpt / "model" if ckpt else cfg.model.path, device)
-    source = make_task(cfg.task.name, **cfg.task.args)
+    source = source if source is not None else make_task(cfg.task.name, **cfg.task.args)
     ref_model = None
     if cfg.algo.kl_coef > 0:
         ref_path = run.root / REF_MODEL_DIR
@@ -166,7 +167,13 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False) -> Components:
     engine = make_engine(cfg, model, tokenizer, version=start_step or 0)
     scorer = RewardScorer(source, cfg.max_reward_error_rate)
     # Resuming without a checkpoint restarts from scratch: every logged row is dropped.
-    logger = MetricsLogger(run, resume_step=start_step if ckpt else (-1 if resume else None))
+    logger = MetricsLogger(
+        run,
+        resume_step=start_step if ckpt else (-1 if resume else None),
+        backends=cfg.logging.backends,
+        options=dataclasses.asdict(cfg.logging),
+        config=config_to_dict(cfg),
+    )
     data = make_scheduler(
         cfg.data.scheduler, DataContext(source, cfg.seed, cfg.sampling.group_size, cfg.steps), **cfg.data.args
     )

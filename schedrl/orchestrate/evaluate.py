@@ -9,7 +9,7 @@ from schedrl.envs.scoring import RewardScorer
 from schedrl.rollout import group_requests
 from schedrl.rollout.episodes import EpisodeRunner
 from schedrl.seeding import derive_seed
-from schedrl.train.metrics import summarize_eval
+from schedrl.training.metrics import summarize_eval
 from schedrl.types import Request, Sample, SamplingParams
 
 if TYPE_CHECKING:

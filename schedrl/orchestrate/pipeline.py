@@ -36,7 +36,7 @@ from schedrl.orchestrate.update_batch import UpdateBatch
 from schedrl.orchestrate.weight_sync import WEIGHT_SYNC
 from schedrl.rollout import group_requests
 from schedrl.timeline import TIMELINE_FILE, append_spans
-from schedrl.train.checkpoint import latest_checkpoint
+from schedrl.training.checkpoint import latest_checkpoint
 from schedrl.types import Sample, group_of
 
 log = logging.getLogger(__name__)
@@ -237,6 +237,7 @@ class Pipeline:
             **batch,
             **stats,
             "reward_errors": float(self.c.scorer.errors),
+            **self.c.scorer.take_metrics(),
             **timing_metrics(batch["gen_tokens"], now - self.last_done_t, stats.pop("train_s", 0.0)),
             "engine_restarts": float(self.fleet.restarts),
         }

@@ -11,7 +11,11 @@ from collections.abc import Sequence
 
 import torch
 
+from schedrl.envs.base import Task
 from schedrl.types import Sample
+
+# Wall-clock measurements: the keys on which two runs of one config differ.
+TIMING_KEYS = ("gen_s", "train_s", "step_s", "tokens_per_s", "queue_s_mean")
 
 # Keys on every step row of metrics.jsonl, in both loops.
 STEP_KEYS = (
@@ -40,6 +44,8 @@ def rollout_metrics(
     # model tokens only: a multi-turn sample's tool and environment tokens are context
     lengths = torch.tensor([s.num_model_tokens for s in samples], dtype=torch.float)
     turns = [s.num_model_turns for s in samples if s.turns is not None]
+    q = torch.quantile(lengths, torch.tensor([0.1, 0.5, 0.9])).tolist() if len(lengths) else [0.0] * 3
+    queue = torch.tensor([s.timings.queue_s for s in samples], dtype=torch.float)
     return {
         **({"turns_mean": sum(turns) / len(turns)} if turns else {}),
         "reward_mean": float(rewards.mean()),
@@ -49,6 +55,26 @@ def rollout_metrics(
         "completion_len_mean": float(lengths.mean()),
         "truncated_frac": sum(s.finish_reason == "length" for s in samples) / len(samples),
         "gen_tokens": float(lengths.sum()),
+        # the length distribution and how long requests waited for admission (the report draws both)
+        "len_p10": q[0],
+        "len_p50": q[1],
+        "len_p90": q[2],
+        "len_max": float(lengths.max()) if len(lengths) else 0.0,
+        "queue_s_mean": float(queue.mean()) if len(queue) else 0.0,
+    }
+
+
+def scheduler_metrics(plan: Sequence[tuple[Task, int]]) -> dict[str, float]:
+    """What the data scheduler decided for a step: group sizes and each domain's share of the samples."""
+    sizes = [n for _, n in plan]
+    total = max(1, sum(sizes))
+    shares: dict[str, float] = {}
+    for task, n in plan:
+        shares[task.domain] = shares.get(task.domain, 0.0) + n / total
+    return {
+        "data/group_size_mean": sum(sizes) / max(1, len(sizes)),
+        "data/group_size_max": float(max(sizes, default=0)),
+        **{f"data/domain/{d}": v for d, v in sorted(shares.items())},
     }
 
 

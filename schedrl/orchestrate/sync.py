@@ -14,18 +14,19 @@ import torch
 from schedrl.algos import registry
 from schedrl.config import RunConfig
 from schedrl.data import scored_groups
+from schedrl.envs import TaskSource
 from schedrl.orchestrate.after_update import StepCallback, after_update
 from schedrl.orchestrate.build import Components, build, sampling_params, save_ref_model
 from schedrl.orchestrate.evaluate import run_eval
 from schedrl.orchestrate.pipeline import run_pipeline
-from schedrl.orchestrate.step_metrics import rollout_metrics, timing_metrics
+from schedrl.orchestrate.step_metrics import rollout_metrics, scheduler_metrics, timing_metrics
 from schedrl.orchestrate.update_batch import learner_advantages
 from schedrl.rollout import group_index, group_requests
 from schedrl.timeline import TIMELINE_FILE, Recorder, append_spans
-from schedrl.train.batch import collate
-from schedrl.train.checkpoint import save_checkpoint
-from schedrl.train.run_dir import RunDir, plot_reward_curve, read_metrics
-from schedrl.train.sft import sft_warmup
+from schedrl.training.batch import collate
+from schedrl.training.checkpoint import save_checkpoint
+from schedrl.training.run_dir import RunDir, plot_reward_curve, read_metrics
+from schedrl.training.sft import sft_warmup
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,11 @@ def rl_step(c: Components, step: int) -> dict[str, float]:
     metrics = rollout_metrics(samples, rewards, groups)
     return {
         **metrics,
+        **scheduler_metrics(plan),
         **rollout_stats,
         **stats,
         "reward_errors": float(c.scorer.errors),
+        **c.scorer.take_metrics(),
         "gen_s": t_gen - t0,
         **timing_metrics(metrics["gen_tokens"], t_end - t0, t_end - t_gen),
     }
@@ -127,9 +130,11 @@ def train(
     resume: bool = False,
     on_step: StepCallback | None = None,
     on_sft_step: StepCallback | None = None,
+    source: TaskSource | None = None,
 ) -> dict:
-    """Run (or resume) a whole training run; returns the before/after evaluation."""
-    c = build(cfg, run, resume)
+    """Run (or resume) a whole training run; returns the before/after evaluation. `source` replaces the
+    task that `cfg.task` names (tasks built from objects: `schedrl.Trainer`)."""
+    c = build(cfg, run, resume, source)
     try:
         if c.start_step is None:
             warm_start(c, on_sft_step)

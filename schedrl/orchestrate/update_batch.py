@@ -3,6 +3,7 @@ group advantages, the payload the learner worker receives, and the batch's metri
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,9 +15,9 @@ from schedrl.algos.turn_credit import per_token, turn_advantages
 from schedrl.config import AlgoConfig
 from schedrl.orchestrate.buffer import Group
 from schedrl.orchestrate.staleness import StalenessBound
-from schedrl.orchestrate.step_metrics import rollout_metrics
+from schedrl.orchestrate.step_metrics import rollout_metrics, scheduler_metrics
 from schedrl.rollout import group_index
-from schedrl.train.batch import target_rows
+from schedrl.training.batch import target_rows
 from schedrl.types import Sample
 
 
@@ -45,6 +46,7 @@ class UpdateBatch:
     groups: torch.Tensor  # (B,) group index of each sample
     adv: torch.Tensor  # (B,) group advantages
     learner_adv: torch.Tensor  # what the learner trains on: `adv`, or (B, L-1) per-turn ones
+    plan: list = dataclasses.field(default_factory=list)  # (task, samples) per group, for the metrics
 
     @classmethod
     def of(cls, groups: Sequence[Group], update: int, bound: StalenessBound, stale: str, algo: AlgoConfig):
@@ -59,7 +61,10 @@ class UpdateBatch:
         rewards = torch.tensor([smp.reward for smp in samples])
         index = group_index(samples)
         adv = registry.get("advantage", algo.advantage)(rewards, index, std_normalize=algo.std_normalize)
-        return cls(update, samples, masks, rewards, index, adv, learner_advantages(algo, samples, index, adv))
+        plan = [(g.task, len(g.samples())) for g in groups]
+        return cls(
+            update, samples, masks, rewards, index, adv, learner_advantages(algo, samples, index, adv), plan
+        )
 
     def payload(self, max_staleness: int) -> dict:
         """What the learner worker's `update` reads: plain lists, so it crosses process boundaries."""
@@ -83,6 +88,7 @@ class UpdateBatch:
         n = max(1, sum(hist.values()))
         return {
             **rollout_metrics(self.samples, self.rewards, self.groups),
+            **scheduler_metrics(self.plan),
             "staleness_mean": sum(k * v for k, v in hist.items()) / n,
             "staleness_max": float(max(hist, default=0)),
             **{f"staleness_hist/{k}": float(v) for k, v in sorted(hist.items())},

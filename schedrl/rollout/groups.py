@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from schedrl.envs import Task
+from schedrl.envs.chat import prompt_ids as encode_prompt
 from schedrl.seeding import derive_seed
 from schedrl.types import Request, Sample, SamplingParams
 
@@ -28,7 +29,7 @@ def group_requests(
         raise ValueError(f"group_size must be an int >= 1 or one per task ({len(tasks)}), got {group_size!r}")
     requests = []
     for i, (task, size) in enumerate(zip(tasks, sizes, strict=True)):
-        prompt_ids = tuple(tokenizer(task.prompt).input_ids)
+        prompt_ids = tuple(encode_prompt(tokenizer, task))
         for g in range(size):
             sample_params = SamplingParams(**{**vars(params), "seed": derive_seed(seed, tag, step, i, g)})
             requests.append(

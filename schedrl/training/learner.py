@@ -20,11 +20,11 @@ from transformers import PreTrainedModel
 from schedrl.algos import entropy_from_logits, masked_mean, offpolicy_stats, registry, token_logprobs
 from schedrl.algos.offpolicy import CORRECTIONS, correctable_losses
 from schedrl.config import AlgoConfig, OptimConfig
-from schedrl.train.batch import TokenBatch, prompt_groups, prompt_lengths
-from schedrl.train.optimizer import adamw
-from schedrl.train.packing import Packing, pack_fewest
-from schedrl.train.schedules import make_schedule
-from schedrl.train.value_head import ValueHead
+from schedrl.training.batch import TokenBatch, prompt_groups, prompt_lengths
+from schedrl.training.optimizer import adamw
+from schedrl.training.packing import Packing, pack_fewest
+from schedrl.training.schedules import make_schedule
+from schedrl.training.value_head import ValueHead
 
 log = logging.getLogger(__name__)
 

@@ -13,14 +13,15 @@ import torch
 
 from schedrl.config import SFTConfig
 from schedrl.envs import TaskSource
+from schedrl.envs.chat import prompt_ids as encode_prompt
 from schedrl.seeding import derive_seed
-from schedrl.train.batch import collate
-from schedrl.train.optimizer import adamw
+from schedrl.training.batch import collate
+from schedrl.training.optimizer import adamw
 
 
 def sft_batch(source: TaskSource, tokenizer, n: int, seed: int):
     tasks = source.sample("train", n, seed)
-    prompts = [tokenizer(t.prompt).input_ids for t in tasks]
+    prompts = [encode_prompt(tokenizer, t) for t in tasks]
     answers = [tokenizer(source.solution(t)).input_ids + [tokenizer.eos_token_id] for t in tasks]
     return collate(prompts, answers, tokenizer.pad_token_id)
 

@@ -112,7 +112,8 @@ def _is_number(value: object) -> bool:
 
 
 class MetricsLogger:
-    """Appends one JSON row per ``log`` call to ``metrics.jsonl`` and mirrors numbers to TensorBoard.
+    """Appends one JSON row per ``log`` call to ``metrics.jsonl`` and mirrors numbers to the logging
+    backends (`schedrl.training.loggers`: TensorBoard by default, W&B, MLflow).
 
     Each row is flushed (a crash of the process loses at most the row being written); ``sync()``
     fsyncs, and runs before every checkpoint, so the rows a checkpoint covers survive a machine
@@ -121,8 +122,15 @@ class MetricsLogger:
     from step ``resume_step + 1`` on are purged.
     """
 
-    def __init__(self, run: RunDir, resume_step: int | None = None) -> None:
-        from torch.utils.tensorboard import SummaryWriter  # heavy import, only when logging
+    def __init__(
+        self,
+        run: RunDir,
+        resume_step: int | None = None,
+        backends: tuple[str, ...] = ("tensorboard",),
+        options: dict[str, Any] | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        from schedrl.training.loggers import make_sinks
 
         if resume_step is not None:
             if resume_step < -1:
@@ -132,7 +140,7 @@ class MetricsLogger:
         run.root.mkdir(parents=True, exist_ok=True)
         self._file = run.metrics_path.open("a", encoding="utf-8")
         purge_step = None if resume_step is None else resume_step + 1
-        self._writer = SummaryWriter(str(run.tb_dir), purge_step=purge_step)
+        self._sinks = make_sinks(backends, run.root, purge_step, options or {}, config or {})
         self._closed = False
 
     def log(self, step: int, metrics: dict[str, Any], prefix: str = "") -> None:
@@ -148,18 +156,19 @@ class MetricsLogger:
             raise ValueError(f"MetricsLogger.log: 'step' is reserved; got metrics key {prefix}step")
         self._file.write(json.dumps({"step": step, **row}) + "\n")
         self._file.flush()
-        for tag, value in row.items():
-            if _is_number(value):
-                self._writer.add_scalar(tag, value, global_step=step)
+        scalars = {tag: float(value) for tag, value in row.items() if _is_number(value)}
+        for sink in self._sinks:
+            sink.log(step, scalars)
 
     def flush(self) -> None:
-        """Push pending TensorBoard events to disk (the JSON rows are already there)."""
-        self._writer.flush()
+        """Push pending backend events to disk (the JSON rows are already there)."""
+        for sink in self._sinks:
+            sink.flush()
 
     def sync(self) -> None:
-        """fsync the rows written so far and flush TensorBoard: call before writing a checkpoint."""
+        """fsync the rows written so far and flush the backends: call before writing a checkpoint."""
         os.fsync(self._file.fileno())
-        self._writer.flush()
+        self.flush()
 
     def close(self) -> None:
         """Close the metrics file and the TensorBoard writer; safe to call twice."""
@@ -167,7 +176,8 @@ class MetricsLogger:
             return
         self._closed = True
         self._file.close()
-        self._writer.close()
+        for sink in self._sinks:
+            sink.close()
 
     def __enter__(self) -> MetricsLogger:
         return self

@@ -1,0 +1,333 @@
+"""`schedrl report RUN_DIR` and `schedrl compare RUN ...`: one self-contained HTML page per call.
+
+The page needs no network: every plot is an inline SVG drawn by matplotlib, and a few lines of
+inline JavaScript build the table of contents. Each section is a ``<section id=...>`` whose
+``data-points`` attribute counts the points plotted in it (what the browser test checks):
+
+* ``rewards``: reward per step and its moving average; ``eval``: held-out pass@1 and greedy
+  accuracy over the run;
+* ``lengths``: completion-length distribution (p10-p90 band, median, max) per window of steps;
+* ``staleness``: the histogram of trained tokens' staleness, and importance-ratio statistics
+  (ratio mean and max, clip fraction, approximate KL);
+* ``schedulers``: what the schedulers decided: group sizes, domain shares, admission waits,
+  tool-wait actions (cached, reused, evicted and expired keys and values; tool outcomes);
+* ``timeline``: the Gantt chart of what each worker did when, with idle fractions;
+* ``throughput``: tokens/s and step time; ``config``: the resolved config.
+
+A section whose metrics a run does not record (staleness in the synchronous loop, tool waits
+without tools) says so instead of plotting.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from schedrl.timeline import TIMELINE_FILE, busy_fractions, read_spans
+from schedrl.training.run_dir import read_metrics
+
+SECTIONS = ("rewards", "eval", "lengths", "staleness", "schedulers", "timeline", "throughput", "config")
+COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B2", "#937860", "#DA8BC3", "#8C8C8C")
+TOOL_WAIT_KEYS = ("prefill_tokens", "kv_reused_tokens", "kv_evicted", "kv_expired", "peak_cached_tokens")
+
+
+@dataclass
+class Run:
+    name: str
+    root: Path
+    rows: list[dict[str, Any]]  # the step rows of metrics.jsonl
+    config_text: str
+
+    @classmethod
+    def load(cls, root: str | Path) -> Run:
+        root = Path(root)
+        metrics = root / "metrics.jsonl"
+        if not metrics.is_file():
+            raise FileNotFoundError(f"{metrics} is missing; is {root} a schedrl run directory?")
+        config = root / "config.yaml"
+        return cls(root.name, root, read_metrics(metrics), config.read_text() if config.is_file() else "")
+
+    def series(self, key: str) -> tuple[list[float], list[float]]:
+        pts = [(r["step"], float(r[key])) for r in self.rows if isinstance(r.get(key), int | float)]
+        return [p[0] for p in pts], [p[1] for p in pts]
+
+    def keys(self, prefix: str) -> list[str]:
+        return sorted({k for r in self.rows for k in r if k.startswith(prefix)})
+
+
+def _svg(fig) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.find("<svg") :]
+
+
+def _axes(n: int = 1, width: float = 11.0, height: float = 3.4):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, n, figsize=(width, height), squeeze=False)
+    return fig, list(axes[0])
+
+
+def _moving(ys: list[float], w: int) -> list[float]:
+    return [statistics.mean(ys[max(0, i - w + 1) : i + 1]) for i in range(len(ys))]
+
+
+def _lines(
+    ax, lines: list[tuple[str, list[float], list[float]]], title: str, ylabel: str, marker: str = ""
+) -> int:
+    points = 0
+    for i, (label, xs, ys) in enumerate(lines):
+        if xs:
+            ax.plot(
+                *((xs, ys, marker) if marker else (xs, ys)),
+                color=COLORS[i % len(COLORS)],
+                label=label,
+                linewidth=1.4,
+                markersize=4,
+            )
+            points += len(xs)
+    ax.set(title=title, xlabel="step", ylabel=ylabel)
+    ax.grid(alpha=0.3)
+    if len(lines) > 1 and points:
+        ax.legend(fontsize=8)
+    return points
+
+
+class Section:
+    def __init__(self, key: str, title: str, body: str, points: int, note: str = "") -> None:
+        self.key, self.title, self.body, self.points, self.note = key, title, body, points, note
+
+    def html(self) -> str:
+        note = f"<p class='note'>{html.escape(self.note)}</p>" if self.note else ""
+        return (
+            f"<section id='{self.key}' data-points='{self.points}'><h2>{html.escape(self.title)}</h2>"
+            f"{note}{self.body}</section>"
+        )
+
+
+def _empty(key: str, title: str, why: str) -> Section:
+    return Section(key, title, "", 0, why)
+
+
+def rewards_section(runs: Sequence[Run]) -> Section:
+    fig, (ax,) = _axes()
+    lines = []
+    for run in runs:
+        xs, ys = run.series("reward_mean")
+        w = max(1, min(len(ys), max(5, len(ys) // 20)))
+        lines.append((f"{run.name}: reward (moving average of {w})", xs, _moving(ys, w)))
+        if len(runs) == 1:
+            lines.append((f"{run.name}: reward per step", xs, ys))
+    n = _lines(ax, lines, "training reward", "reward")
+    return Section("rewards", "Reward", _svg(fig), n)
+
+
+def eval_section(runs: Sequence[Run]) -> Section:
+    fig, (ax,) = _axes()
+    lines = []
+    for run in runs:
+        for key in ("eval/pass@1", "eval/greedy_acc"):
+            xs, ys = run.series(key)
+            lines.append((f"{run.name}: {key[5:]}", xs, ys))
+    n = _lines(ax, lines, "held-out evaluation (step 0: before RL)", "accuracy", marker="o-")
+    if not n:
+        return _empty("eval", "Held-out evaluation", "no evaluation was logged (eval.tasks: 0)")
+    return Section("eval", "Held-out evaluation", _svg(fig), n)
+
+
+def lengths_section(runs: Sequence[Run]) -> Section:
+    if len(runs) > 1:
+        fig, (ax,) = _axes()
+        n = _lines(
+            ax, [(r.name, *r.series("completion_len_mean")) for r in runs], "mean completion length", "tokens"
+        )
+        return Section("lengths", "Completion lengths", _svg(fig), n)
+    run = runs[0]
+    steps, p50 = run.series("len_p50")
+    if not steps:
+        xs, ys = run.series("completion_len_mean")
+        fig, (ax,) = _axes()
+        n = _lines(ax, [("mean", xs, ys)], "mean completion length", "tokens")
+        return Section("lengths", "Completion lengths", _svg(fig), n, "this run logged no length quantiles")
+    p10, p90, top = run.series("len_p10")[1], run.series("len_p90")[1], run.series("len_max")[1]
+    w = max(1, len(steps) // 25)
+    windows = [range(i, min(i + w, len(steps))) for i in range(0, len(steps), w)]
+    mid = [steps[win[0]] for win in windows]
+
+    def agg(values: list[float], fn) -> list[float]:
+        return [fn([values[i] for i in win]) for win in windows]
+
+    fig, (ax,) = _axes()
+    ax.fill_between(
+        mid,
+        agg(p10, statistics.mean),
+        agg(p90, statistics.mean),
+        color=COLORS[0],
+        alpha=0.25,
+        label="p10-p90",
+    )
+    n = _lines(
+        ax,
+        [("median", mid, agg(p50, statistics.mean)), ("max", mid, agg(top, max))],
+        f"completion length per window of {w} steps",
+        "tokens",
+    )
+    ax.legend(fontsize=8)
+    return Section("lengths", "Completion lengths", _svg(fig), n + 2 * len(mid))
+
+
+def staleness_section(runs: Sequence[Run]) -> Section:
+    run = runs[0]
+    hist_keys = run.keys("staleness_hist/")
+    ratio_keys = [k for k in ("ratio_mean", "ratio_max", "clipfrac", "approx_kl") if run.series(k)[0]]
+    if not hist_keys and not ratio_keys:
+        return _empty(
+            "staleness", "Staleness and importance ratios", "no staleness or ratio metrics in this run"
+        )
+    fig, (left, right) = _axes(2)
+    counts = {int(k.split("/")[1]): sum(run.series(k)[1]) for k in hist_keys}
+    points = 0
+    if counts:
+        left.bar(list(counts), list(counts.values()), color=COLORS[0])
+        left.set_xticks(sorted(counts))
+        points += len(counts)
+        left.set(title="trained tokens by staleness (versions behind)", xlabel="staleness", ylabel="tokens")
+    else:
+        left.text(
+            0.5, 0.5, "synchronous loop: every token is on-policy", ha="center", transform=left.transAxes
+        )
+        left.set_axis_off()
+    points += _lines(
+        right, [(k, *run.series(k)) for k in ratio_keys], "importance ratio and clipping", "value"
+    )
+    note = "" if len(runs) == 1 else f"of {run.name}"
+    return Section("staleness", "Staleness and importance ratios", _svg(fig), points, note)
+
+
+def schedulers_section(runs: Sequence[Run]) -> Section:
+    run = runs[0]
+    groups = [k for k in ("data/group_size_mean", "data/group_size_max") if run.series(k)[0]]
+    domains = run.keys("data/domain/")
+    waits = [k for k in ("queue_s_mean",) if run.series(k)[0]]
+    tools = [k for k in (*TOOL_WAIT_KEYS, *run.keys("tool/")) if run.series(k)[0]]
+    panels = [p for p in (groups, domains, waits, tools) if p]
+    if not panels:
+        return _empty("schedulers", "What the schedulers decided", "no scheduler metrics in this run")
+    fig, axes = _axes(len(panels), height=3.2)
+    titles = {
+        id(groups): ("data: samples per task", "samples"),
+        id(domains): ("data: domain shares", "share"),
+        id(waits): ("admission: mean wait", "seconds"),
+        id(tools): ("tool waits", "count"),
+    }
+    points = 0
+    for ax, keys in zip(axes, panels, strict=True):
+        title, ylabel = titles[id(keys)]
+        points += _lines(ax, [(k.split("/")[-1], *run.series(k)) for k in keys], title, ylabel)
+        ax.legend(fontsize=7)
+    return Section("schedulers", "What the schedulers decided", _svg(fig), points)
+
+
+def timeline_section(runs: Sequence[Run]) -> Section:
+    from schedrl.report import _figure, format_fractions
+
+    run = runs[0]
+    path = run.root / TIMELINE_FILE
+    spans = read_spans(path) if path.is_file() else []
+    if not spans:
+        return _empty("timeline", "Timeline", "no timeline in this run directory")
+    fractions = busy_fractions(spans)
+    table = f"<pre>{html.escape(format_fractions(fractions))}</pre>"
+    return Section(
+        "timeline", "Timeline (what each worker did when)", _svg(_figure(spans)) + table, len(spans)
+    )
+
+
+def throughput_section(runs: Sequence[Run]) -> Section:
+    fig, (left, right) = _axes(2)
+    n = _lines(
+        left, [(r.name, *r.series("tokens_per_s")) for r in runs], "generated tokens per second", "tokens/s"
+    )
+    n += _lines(right, [(r.name, *r.series("step_s")) for r in runs], "seconds per step", "s")
+    return Section("throughput", "Throughput", _svg(fig), n)
+
+
+def config_section(runs: Sequence[Run]) -> Section:
+    body = "".join(
+        f"<details {'open' if len(runs) == 1 else ''}><summary>{html.escape(r.name)}</summary>"
+        f"<pre>{html.escape(r.config_text)}</pre></details>"
+        for r in runs
+    )
+    return Section("config", "Resolved config", body, sum(bool(r.config_text) for r in runs))
+
+
+BUILDERS = {
+    "rewards": rewards_section,
+    "eval": eval_section,
+    "lengths": lengths_section,
+    "staleness": staleness_section,
+    "schedulers": schedulers_section,
+    "timeline": timeline_section,
+    "throughput": throughput_section,
+    "config": config_section,
+}
+SCRIPT = """
+document.addEventListener("DOMContentLoaded", () => {
+  const nav = document.getElementById("toc");
+  for (const s of document.querySelectorAll("section")) {
+    const a = document.createElement("a");
+    a.href = "#" + s.id;
+    a.textContent = s.querySelector("h2").textContent + (s.dataset.points === "0" ? " (none)" : "");
+    nav.appendChild(a);
+  }
+  document.body.dataset.ready = "1";
+});
+"""
+STYLE = (
+    "body{font-family:sans-serif;margin:1.5em auto;max-width:1150px;color:#222}"
+    "#toc a{margin-right:1em}section{margin-top:1.5em;border-top:1px solid #ddd}"
+    "pre{background:#f6f6f6;padding:.6em;overflow:auto;font-size:12px}.note{color:#777}"
+    "svg{max-width:100%;height:auto}"
+)
+
+
+def render(runs: Sequence[Run], title: str) -> str:
+    if not runs:
+        raise ValueError("a report needs at least one run directory")
+    sections = [BUILDERS[key](runs) for key in SECTIONS]
+    summary = ", ".join(f"{r.name}: {sum('reward_mean' in row for row in r.rows)} steps" for r in runs)
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1><p>{html.escape(summary)}</p><nav id='toc'></nav>"
+        + "".join(s.html() for s in sections)
+        + f"<script>{SCRIPT}</script></body></html>"
+    )
+
+
+def write_run_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """The report of one run, `RUN_DIR/report.html` unless `out` is given."""
+    run = Run.load(run_dir)
+    path = Path(out) if out is not None else run.root / "report.html"
+    path.write_text(render([run], f"schedrl run {run.name}"), encoding="utf-8")
+    return path
+
+
+def write_compare(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
+    """Several runs overlaid on one page (the per-run sections show the first run)."""
+    runs = [Run.load(d) for d in run_dirs]
+    path = Path(out)
+    path.write_text(render(runs, "schedrl compare: " + ", ".join(r.name for r in runs)), encoding="utf-8")
+    return path
