@@ -1,12 +1,12 @@
 """A TRL GRPOTrainer script, ported: only the import and the config changed.
 
-    python examples/trl_port.py            # ~1 min on 2 cores: held-out accuracy before and after
+    python examples/trl_port.py            # ~20 s on 2 cores: held-out accuracy before and after
 
 The TRL original of the lines that changed:
 
     from trl import GRPOConfig, GRPOTrainer
     training_args = GRPOConfig(output_dir="runs", reward_weights=[1.0, 0.2], num_generations=8,
-                               max_completion_length=4, learning_rate=3e-4, max_steps=60)
+                               max_completion_length=4, learning_rate=3e-4, max_steps=300)
     trainer = GRPOTrainer(model=model, reward_funcs=[correct, brief], args=training_args,
                           train_dataset=train, eval_dataset=held_out, processing_class=tokenizer)
 
@@ -47,7 +47,7 @@ def brief(completions, **kwargs):
     return [float(len(c[0]["content"].strip()) <= 2) for c in completions]
 
 
-def main(steps: int = 60, out_dir: str = "runs") -> dict:
+def main(steps: int = 300, out_dir: str = "runs") -> dict:
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer)
     train, held_out = make_dataset(2000, seed=0), make_dataset(200, seed=1)
@@ -57,7 +57,7 @@ def main(steps: int = 60, out_dir: str = "runs") -> dict:
         "steps": steps,
         "sampling": {"group_size": 8, "prompts_per_step": 16, "max_new_tokens": 4},
         "optim": {"lr": 3e-4},
-        "sft": {"steps": 30},  # the tiny model's warm-up (see above)
+        "sft": {"steps": 60},  # the tiny model's warm-up (see above)
         "eval": {"tasks": 200, "k": 4},
         "save_every": 0,
     }
@@ -70,7 +70,7 @@ def main(steps: int = 60, out_dir: str = "runs") -> dict:
         processing_class=tokenizer,
     )
     result = trainer.train()
-    rewards = [m["reward_mean"] for m in result.metrics]
+    rewards = [m["reward_mean"] for m in result.metrics if "reward_mean" in m]
     summary = {
         "pass@1_before": result.eval_before["pass@1"],
         "pass@1_after": result.eval_after["pass@1"],
@@ -83,4 +83,4 @@ def main(steps: int = 60, out_dir: str = "runs") -> dict:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 60)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 300)

@@ -148,6 +148,18 @@ def saved_config(
         raise ConfigError(f"{run.config_path}: {err}") from None
 
 
+def check_before_start(cfg: RunConfig) -> Any:
+    """What fails only when the run is built (an unknown task, loss or advantage; a bad dataset row),
+    checked before the run directory exists; returns the task source, so it is built once."""
+    from schedrl.algos import registry
+    from schedrl.envs import make_task
+    from schedrl.training.learner import loss_name
+
+    registry.get("loss", loss_name(cfg.algo))
+    registry.get("advantage", cfg.algo.advantage)
+    return make_task(cfg.task.name, **cfg.task.args)
+
+
 def train(
     config: Any = None,
     *,
@@ -176,6 +188,7 @@ def train(
         write_config(run, cfg)
     else:
         cfg = resolve_config(config, overrides, sets)
+        source = source if source is not None else check_before_start(cfg)
         run = new_run_dir(cfg)
     out = run_training(
         cfg, run, resume=resume is not None, on_step=on_step, on_sft_step=on_sft_step, source=source

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from schedrl.cli_train import add_training_commands
 from schedrl.models.loading import quiet_hf
+from schedrl.training.checkpoint import CheckpointError
 
 console = Console()
 
@@ -209,7 +210,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as err:
+    except (
+        ValueError,
+        FileNotFoundError,
+        FileExistsError,
+        RuntimeError,
+        CheckpointError,
+        ImportError,
+    ) as err:
         console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
         return 2
 

@@ -65,7 +65,7 @@ def progress_bar(total_rl: int, total_sft: int):
 
 def _train(cfg: RunConfig, resume: str | None, sets: Sequence[str] = ()) -> dict:
     """`schedrl.train` under the progress bars; a new run gets its name first, to print where it goes."""
-    from schedrl.api import train
+    from schedrl.api import check_before_start, train
 
     quiet_hf()
     if resume:
@@ -73,10 +73,11 @@ def _train(cfg: RunConfig, resume: str | None, sets: Sequence[str] = ()) -> dict
         with progress_bar(cfg.steps, 0) as (on_sft, on_rl):
             result = train(resume=resume, sets=sets, on_step=on_rl, on_sft_step=on_sft)
     else:
+        source = check_before_start(cfg)  # a bad task, loss or row fails before any directory or bar
         cfg = dataclasses.replace(cfg, name=cfg.name or f"{cfg.task.name}-{datetime.now():%Y%m%d-%H%M%S}")
         console.print(f"run directory: {Path(cfg.out_dir) / str(cfg.name)}")
         with progress_bar(cfg.steps, cfg.sft.steps) as (on_sft, on_rl):
-            result = train(cfg, on_step=on_rl, on_sft_step=on_sft)
+            result = train(cfg, on_step=on_rl, on_sft_step=on_sft, source=source)
     return {
         "eval_before": result.eval_before,
         "eval_after": result.eval_after,

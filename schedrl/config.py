@@ -203,6 +203,7 @@ class RunConfig:
     out_dir: str = "runs"  # parent of run directories
     name: str | None = None  # run directory name; None = task name + timestamp
     save_every: int = 50  # checkpoint every N steps; 0 only at the end
+    keep_last: int = 3  # checkpoints kept; older ones are deleted once a newer one is complete
     max_reward_error_rate: float = 0.05  # stop when more than this fraction of rewards raise
     min_start_reward: float = 0.1  # warn when RL starts below this mean reward (collapse risk)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -222,6 +223,7 @@ class RunConfig:
 # Fields that must be > 0 or >= 0, by dotted name.
 _POSITIVE = {
     "steps",
+    "keep_last",
     "task.max_turns",
     "task.max_observation_tokens",
     "task.env_timeout_s",
@@ -527,7 +529,12 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, raw = text.split("=", 1)
     if not key or any(not p for p in key.split(".")):
         raise ConfigError(f"override {text!r} has an empty key")
-    return key.split("."), yaml.safe_load(raw) if raw else ""
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"override {text!r}: the value is not valid YAML ({problem})") from None
+    return key.split("."), value
 
 
 def config_from_dict(data: dict[str, Any] | None, overrides: Sequence[str] = ()) -> RunConfig:

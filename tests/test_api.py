@@ -125,3 +125,21 @@ def test_trainer_refuses_chat_data_without_a_chat_template(tmp_path):
         trainer.train()
     with pytest.raises(ValueError, match="Trainer needs reward_funcs"):
         schedrl.Trainer(train_dataset=_rows(2))
+
+
+def test_a_run_that_fails_validation_leaves_no_run_directory(tmp_path, capsys):
+    from schedrl.cli import main
+
+    for bad in (
+        ["task.name=nope"],
+        ["algo.name=nope"],
+        ["task.name=file", f"task.args={{path: {tmp_path}/x.jsonl, reward: a:b}}"],
+    ):
+        sets = [a for s in bad for a in ("--set", s)]
+        assert main(["train", *sets, "--set", f"out_dir={tmp_path / 'runs'}"]) == 2
+        assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir()), bad
+    out = capsys.readouterr().out
+    assert "unknown task 'nope'" in out and "sft" not in out.split("error")[0]  # no progress bar before it
+    with pytest.raises(ValueError, match="unknown task 'nope'"):
+        schedrl.train(task={"name": "nope"}, out_dir=str(tmp_path / "py"))
+    assert not (tmp_path / "py").exists()

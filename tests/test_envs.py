@@ -227,6 +227,7 @@ def test_make_task_errors() -> None:
         "calc",
         "guess",
         "linear_code",
+        "math_words",
     }
 
 
@@ -264,7 +265,8 @@ def _check_file_task(source: FileTask) -> None:
     assert train == source.sample("train", 100, seed=0)
     assert not {t.id for t in train} & {t.id for t in evals}
     task = train[0]
-    assert task.metadata == {"source": "unit"} and task.domain == "file"
+    # every column but the prompt reaches the rewards
+    assert task.metadata == {"source": "unit", "id": task.id, "answer": task.answer} and task.domain == "file"
     assert source.reward(task, f" {task.answer}\n") == 1.0
     assert source.reward(task, "wrong") == 0.0
     assert source.solution(task) == task.answer

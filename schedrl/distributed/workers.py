@@ -146,7 +146,13 @@ class LearnerWorker:
 
     def save_checkpoint(self, step: int, state: dict) -> str:
         path = save_checkpoint(
-            self.root / "checkpoints", step, self.model, self.tokenizer, self.learner.state_dict(), state
+            self.root / "checkpoints",
+            step,
+            self.model,
+            self.tokenizer,
+            self.learner.state_dict(),
+            state,
+            keep_last=self.cfg.keep_last,
         )
         return str(path)
 

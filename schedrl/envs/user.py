@@ -132,10 +132,14 @@ class FileTask:
             raise ValueError(f"task 'file': eval_fraction must be a number in [0, 1], got {eval_fraction!r}")
         if not 0.0 <= eval_fraction <= 1.0:
             raise ValueError(f"task 'file': eval_fraction must be in [0, 1], got {eval_fraction!r}")
-        if (path is None) == (rows is None):
-            raise ValueError("task 'file' takes a path or rows, exactly one")
+        if path is None and rows is None:
+            raise ValueError("task 'file': missing required argument 'path' (a file; or rows, in memory)")
+        if path is not None and rows is not None:
+            raise ValueError("task 'file' takes a path or rows, not both")
         if reward is None:
-            raise ValueError("task 'file' needs a reward: a dotted path, a function, or a list of them")
+            raise ValueError(
+                "task 'file': missing required argument 'reward' (a dotted path, a function, or a list of them)"
+            )
         self.path = Path(path) if path is not None else Path("dataset")
         self.eval_fraction = float(eval_fraction)
         self.rewards = _reward_funcs(reward, reward_weights)

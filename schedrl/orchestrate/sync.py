@@ -75,7 +75,9 @@ def rl_step(c: Components, step: int) -> dict[str, float]:
 def checkpoint(c: Components, step: int) -> None:
     c.logger.sync()
     c.state["data"] = c.data.state_dict()
-    save_checkpoint(c.run.ckpt_dir, step, c.model, c.tokenizer, c.learner.state_dict(), c.state)
+    save_checkpoint(
+        c.run.ckpt_dir, step, c.model, c.tokenizer, c.learner.state_dict(), c.state, keep_last=c.cfg.keep_last
+    )
 
 
 def warm_start(c: Components, on_sft_step: StepCallback | None = None) -> None:
