@@ -20,6 +20,7 @@ module-level functions resumes that way as well; one with lambdas or closures re
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import time
@@ -154,9 +155,23 @@ def check_before_start(cfg: RunConfig) -> Any:
     from schedrl.algos import registry
     from schedrl.envs import make_task
     from schedrl.training.learner import loss_name
+    from schedrl.training.loggers import EXTRAS
 
     registry.get("loss", loss_name(cfg.algo))
     registry.get("advantage", cfg.algo.advantage)
+    if (
+        cfg.pipeline.mode == "async"
+        and cfg.pipeline.backend == "ray"
+        and importlib.util.find_spec("ray") is None
+    ):
+        raise ImportError(
+            "pipeline.backend 'ray' needs Ray: pip install 'schedrl[ray]' (or use backend 'threads')"
+        )
+    for name in cfg.logging.backends:
+        if name in EXTRAS and importlib.util.find_spec(EXTRAS[name][0]) is None:
+            raise ImportError(
+                f"logging backend {name!r} needs the {EXTRAS[name][1]}: pip install 'schedrl[{name}]'"
+            )
     return make_task(cfg.task.name, **cfg.task.args)
 
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         CheckpointError,
         ImportError,
     ) as err:
-        console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
+        console.print(f"[bold red]error:[/] {escape(str(err))}", soft_wrap=True)  # "[ray]" is not markup
         return 2
 
 

@@ -22,7 +22,7 @@ COLORS = {
 }
 
 
-def _figure(spans: list[Span]):
+def gantt_figure(spans: list[Span]):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -65,7 +65,7 @@ def write_report(run_dir: str | Path) -> dict[str, dict[str, float]]:
     if not spans:
         raise ValueError(f"{path}: the timeline is empty")
     fractions = busy_fractions(spans)
-    fig = _figure(spans)
+    fig = gantt_figure(spans)
     fig.savefig(run_dir / "timeline.png", dpi=120)
     svg = io.StringIO()
     fig.savefig(svg, format="svg")

@@ -241,7 +241,7 @@ def schedulers_section(runs: Sequence[Run]) -> Section:
 
 
 def timeline_section(runs: Sequence[Run]) -> Section:
-    from schedrl.report import _figure, format_fractions
+    from schedrl.report import format_fractions, gantt_figure
 
     run = runs[0]
     path = run.root / TIMELINE_FILE
@@ -251,7 +251,7 @@ def timeline_section(runs: Sequence[Run]) -> Section:
     fractions = busy_fractions(spans)
     table = f"<pre>{html.escape(format_fractions(fractions))}</pre>"
     return Section(
-        "timeline", "Timeline (what each worker did when)", _svg(_figure(spans)) + table, len(spans)
+        "timeline", "Timeline (what each worker did when)", _svg(gantt_figure(spans)) + table, len(spans)
     )
 
 

@@ -116,7 +116,7 @@ def test_reward_return_values_are_scored_or_name_the_function(out):
 
     tasks = [Task(f"t{i}", "p", "a", "d") for i in range(3)]
     try:
-        rewards, _ = RewardFuncs([fuzzed]).score(tasks, ["x"] * 3, [[]] * 3)
+        rewards, _, _ = RewardFuncs([fuzzed]).score(tasks, ["x"] * 3, [[]] * 3)
     except (ValueError, TypeError) as err:
         assert "'fuzzed'" in str(err) or "float" in str(err), str(err)
     else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +105,26 @@ def test_unknown_backends_are_refused_by_the_config():
     with pytest.raises(ConfigError, match="'logging.backends' has 'neptune'"):
         config_from_dict({"logging": {"backends": ["jsonl", "neptune"]}})
     assert config_from_dict({"logging": {"backends": ["mlflow"]}}).logging.backends == ("mlflow",)
+
+
+def test_a_missing_extra_fails_before_the_run_starts_with_its_command(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from schedrl.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in ("ray", "mlflow") else real(name, *a)
+    )
+    out = str(tmp_path / "runs")
+    for sets in (
+        ["pipeline.mode=async", "pipeline.backend=ray", "algo.correction=decoupled"],
+        ["logging.backends=[mlflow]"],
+    ):
+        args = [a for s in [*sets, f"out_dir={out}"] for a in ("--set", s)]
+        assert main(["train", str(Path(__file__).parents[1] / "examples" / "demo.yaml"), *args]) == 2
+    text = capsys.readouterr().out
+    assert (
+        "pip install 'schedrl[ray]'" in text and "pip install 'schedrl[mlflow]'" in text
+    )  # not eaten as markup
+    assert not (tmp_path / "runs").exists()

@@ -41,7 +41,7 @@ def only_hard(prompts, completions, level, **kwargs):
 def test_weighted_sum_of_a_batch_function_and_a_per_sample_one():
     funcs = RewardFuncs([correct, short], weights=[2.0, 0.5])
     assert funcs.batch == [True, False]
-    rewards, metrics = funcs.score(_tasks(), ["2", "55", "8"], [[1], [2, 2], [3]])
+    rewards, metrics, _ = funcs.score(_tasks(), ["2", "55", "8"], [[1], [2, 2], [3]])
     # 2 * correct + 0.5 * (-0.1 * len)
     assert rewards == pytest.approx([2 - 0.05, 0 - 0.1, 2 - 0.05])
     assert metrics["rewards/correct/mean"] == pytest.approx(2 / 3)
@@ -50,12 +50,12 @@ def test_weighted_sum_of_a_batch_function_and_a_per_sample_one():
 
 
 def test_none_leaves_a_function_out_of_that_sample_and_no_function_scores_zero():
-    rewards, metrics = RewardFuncs([only_hard, correct], weights=[1.0, 1.0]).score(
+    rewards, metrics, _ = RewardFuncs([only_hard, correct], weights=[1.0, 1.0]).score(
         _tasks(), ["0", "5", "8"], [[], [], []]
     )
     assert rewards == [0.0, 2.0, 1.0]  # only_hard applies to t1 only
     assert metrics["rewards/only_hard/mean"] == 1.0  # over the samples it applies to
-    alone, metrics = RewardFuncs([only_hard]).score(_tasks(), ["0", "5", "8"], [[], [], []])
+    alone, metrics, _ = RewardFuncs([only_hard]).score(_tasks(), ["0", "5", "8"], [[], [], []])
     assert alone == [0.0, 1.0, 0.0] and metrics["reward/none_frac"] == pytest.approx(2 / 3)
 
 
@@ -90,10 +90,18 @@ def test_bad_reward_functions_are_named():
         RewardFuncs([correct], weights=[1.0, 2.0])
 
     def nan(task, completion):
-        return float("nan")
+        return float("nan") if task.id == "t1" else 1.0
 
-    with pytest.raises(ValueError, match="reward function 'nan' returned nan for task 't0'"):
-        RewardFuncs([nan]).score(_tasks(), ["a", "b", "c"], [[], [], []])
+    # a per-sample function fails the sample it failed on, and only that one
+    rewards, _, errors = RewardFuncs([nan]).score(_tasks(), ["a", "b", "c"], [[], [], []])
+    assert rewards == [1.0, 0.0, 1.0] and errors[0] is None and errors[2] is None
+    assert "reward function 'nan' returned nan for task 't1'" in str(errors[1])
+
+    def batch_nan(completions, **kwargs):
+        return [float("nan")] * len(completions)
+
+    with pytest.raises(ValueError, match="reward function 'batch_nan' returned nan for task 't0'"):
+        RewardFuncs([batch_nan]).score(_tasks(), ["a", "b", "c"], [[], [], []])
 
 
 def _sample(i: int, text: str) -> Sample:

@@ -70,25 +70,31 @@ class RewardFuncs:
 
     def score(
         self, tasks: Sequence[Task], completions: Sequence[str], completion_ids: Sequence[Sequence[int]]
-    ) -> tuple[list[float], dict[str, float]]:
+    ) -> tuple[list[float], dict[str, float], list[str | None]]:
         """(the weighted reward of each sample, metrics: each function's mean over the samples it
-        applies to, and the fraction of samples no function applied to)."""
+        applies to and the fraction of samples no function applied to, and per sample what raised).
+
+        A per-sample function that raises on one sample fails that sample only (it scores 0, and its
+        error is returned); a batch function that raises fails the batch (the exception propagates)."""
         n = len(tasks)
-        values = [self._values(i, tasks, completions, completion_ids) for i in range(len(self.funcs))]
+        errors: list[str | None] = [None] * n
+        values = [self._values(i, tasks, completions, completion_ids, errors) for i in range(len(self.funcs))]
         assert self.weights is not None
         rewards, none = [], 0
         for j in range(n):
             terms = [w * x for w, v in zip(self.weights, values, strict=True) if (x := v[j]) is not None]
             none += not terms
-            rewards.append(float(sum(terms)))
+            rewards.append(0.0 if errors[j] else float(sum(terms)))
         metrics = {"reward/none_frac": none / max(1, n)}
         for name, v in zip(self.names, values, strict=True):
             got = [x for x in v if x is not None]
             if got:
                 metrics[f"rewards/{name}/mean"] = sum(got) / len(got)
-        return rewards, metrics
+        return rewards, metrics, errors
 
-    def _values(self, i: int, tasks, completions, completion_ids) -> list[float | None]:
+    def _values(
+        self, i: int, tasks, completions, completion_ids, errors: list[str | None]
+    ) -> list[float | None]:
         fn, name = self.funcs[i], self.names[i]
         if self.batch[i]:
             out = fn(
@@ -104,17 +110,24 @@ class RewardFuncs:
                     f"reward function {name!r} returned {len(out)} values for {len(tasks)} completions"
                 )
         else:
-            out = [fn(t, c) for t, c in zip(tasks, completions, strict=True)]
-        values: list[float | None] = []
-        for j, x in enumerate(out):
-            if x is None:
-                values.append(None)
-                continue
-            x = float(x)
-            if not math.isfinite(x):
-                raise ValueError(f"reward function {name!r} returned {x} for task {tasks[j].id!r}")
-            values.append(x)
-        return values
+            out = []
+            for j, (t, c) in enumerate(zip(tasks, completions, strict=True)):
+                try:
+                    out.append(_checked(fn(t, c), name, t))
+                except Exception as err:  # a user's function may raise anything: this sample fails
+                    errors[j] = errors[j] or f"task {t.id!r}: {type(err).__name__}: {err}"
+                    out.append(None)
+            return out
+        return [_checked(x, name, t) for x, t in zip(out, tasks, strict=True)]
+
+
+def _checked(x: Any, name: str, task: Task) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    if not math.isfinite(x):
+        raise ValueError(f"reward function {name!r} returned {x} for task {task.id!r}")
+    return x
 
 
 def _positional(fn: Callable) -> list[str]:

@@ -22,8 +22,9 @@ class RewardScorer:
 
     A task whose reward waits on something outside the process (a sandbox, a server) declares
     `reward_workers = n`: its rewards then run on n threads at once, in sample order. A task with
-    `reward_batch(tasks, completions, completion_ids) -> (rewards, metrics)` (batch reward functions,
-    as TRL's) is scored in one call; if that call raises, every sample of it scores 0 and is counted.
+    `reward_batch(tasks, completions, completion_ids) -> (rewards, metrics, errors)` (batch reward
+    functions, as TRL's) is scored in one call: a sample with an error scores 0 and is counted, and if
+    the call raises, every sample of it does.
     `take_metrics()` gives the batch metrics' means since the last call."""
 
     def __init__(self, source: TaskSource, max_error_rate: float = 0.05, min_samples: int = 50) -> None:
@@ -68,14 +69,14 @@ class RewardScorer:
         self, batch, tasks: list[Task], samples: Sequence[Sample]
     ) -> list[tuple[float, str | None]]:
         try:
-            rewards, metrics = batch(tasks, [s.text for s in samples], [s.token_ids for s in samples])
+            rewards, metrics, errors = batch(tasks, [s.text for s in samples], [s.token_ids for s in samples])
         except Exception as err:  # a user's reward function may raise anything: the batch scores 0
             return [(0.0, f"{type(err).__name__}: {err}")] * len(samples)
         for k, v in metrics.items():
             acc = self._metrics.setdefault(k, [0.0, 0.0])
             acc[0] += v * len(samples)
             acc[1] += len(samples)
-        return [(float(r), None) for r in rewards]
+        return [(float(r), e) for r, e in zip(rewards, errors, strict=True)]
 
     def _score(self, task: Task, text: str) -> tuple[float, str | None]:
         """(reward, None), or (0.0, what went wrong) when the reward raised or was not finite."""

@@ -201,13 +201,16 @@ class FileTask:
         return [rng.choice(pool) for _ in range(n)]
 
     def reward(self, task: Task, completion: str) -> float:
-        return self.reward_batch([task], [completion], [()])[0][0]
+        rewards, _, errors = self.reward_batch([task], [completion], [()])
+        if errors[0]:
+            raise ValueError(errors[0])
+        return rewards[0]
 
     def reward_batch(
         self, tasks: list[Task], completions: list[str], completion_ids: list
-    ) -> tuple[list[float], dict[str, float]]:
-        """Every reward function over the batch at once (TRL's are batch functions): the weighted rewards
-        and per-function metrics."""
+    ) -> tuple[list[float], dict[str, float], list[str | None]]:
+        """Every reward function over the batch at once (TRL's are batch functions): the weighted rewards,
+        per-function metrics, and per sample what raised (see `RewardFuncs.score`)."""
         return self.rewards.score(tasks, [c.strip() for c in completions], completion_ids)
 
     def solution(self, task: Task) -> str:
