@@ -149,6 +149,7 @@ class Sandbox:
         self.unshare, self.setpriv, self.prlimit = _check()
         BASE_DIR.mkdir(mode=0o711, exist_ok=True)
         os.chmod(BASE_DIR, 0o711)
+        (BASE_DIR / ".stage").mkdir(mode=0o700, exist_ok=True)  # each run mounts its own tmpfs here
         self.uid, self._lock = _claim_uid(slot)
         self._kill_uid()  # whatever a crashed earlier holder of this uid left running
         self.python = python or ("/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable)
@@ -215,9 +216,7 @@ class Sandbox:
         os.chmod(work, 0o700)
 
     def _command(self, work: Path, program: list[str], lim: Limits, env: Mapping[str, str] = {}) -> list[str]:
-        tmpfs = f"size={lim.tmpfs_mb}m,mode=1777"
-        mounts = [f"mount -t tmpfs -o {tmpfs} tmpfs {d}" for d in ("/tmp", "/var/tmp", "/dev/shm")]
-        mounts += _expose_script(self.exposed)
+        mounts = _mount_script(self.exposed, f"size={lim.tmpfs_mb}m,mode=1777")
         mb = 1024 * 1024
         return [
             self.unshare, "--fork", "--pid", "--mount-proc", "--net", "--ipc", "--uts", "--kill-child",
@@ -313,37 +312,49 @@ def _claim_uid(slot: int | None) -> tuple[int, IO[str] | None]:
     raise SandboxUnavailable(f"all {NUM_SLOTS} sandbox uids are held")
 
 
-def _exposures(paths: Sequence[str]) -> dict[str, list[str]]:
-    """{an ancestor the sandbox uid cannot enter: the paths under it to bind back read-only}."""
-    out: dict[str, list[str]] = {}
-    for p in sorted({os.path.realpath(p) for p in paths if os.path.exists(p)}):
+MASKED = ("/tmp", "/var/tmp", "/dev/shm")  # a fresh, empty tmpfs in every run
+
+
+@dataclass(frozen=True)
+class Exposures:
+    """Host paths a run sees read-only although it could not otherwise: `binds`, each under a directory
+    its uid cannot enter (those are `hidden` behind an empty tmpfs) or under a masked one (/tmp, ...)."""
+
+    binds: tuple[str, ...] = ()
+    hidden: tuple[str, ...] = ()
+
+
+def _exposures(paths: Sequence[str]) -> Exposures:
+    real = sorted({os.path.realpath(p) for p in paths if os.path.exists(p)})
+    outer = [p for p in real if not any(p.startswith(q + "/") for q in real)]  # a path's parent covers it
+    binds, hidden = [], set()
+    for p in outer:
         blocked = next(
             (str(a) for a in reversed(Path(p).parents) if str(a) != "/" and not os.stat(a).st_mode & 1), None
         )
-        if (
-            blocked is not None
-            and p != blocked
-            and not any(p.startswith(q + "/") for q in out.get(blocked, []))
-        ):
-            out.setdefault(blocked, []).append(p)
-    return out
+        masked = any(p.startswith(m + "/") for m in MASKED)
+        if blocked is not None and blocked != p:
+            hidden.add(blocked)
+            binds.append(p)
+        elif masked:
+            binds.append(p)
+    return Exposures(tuple(binds), tuple(sorted(hidden)))
 
 
-def _expose_script(exposed: Mapping[str, Sequence[str]]) -> list[str]:
-    """Shell steps (root, in the run's mount namespace, after /tmp is fresh): bind each path aside, lay an
-    empty tmpfs over its blocked ancestor, then move the binds back to their own paths."""
-    steps = []
-    for i, (blocked, paths) in enumerate(exposed.items()):
-        stages = [f"/tmp/.expose-{i}-{j}" for j in range(len(paths))]
-        for stage, p in zip(stages, paths, strict=True):
-            steps += [f"mkdir {stage}", f"mount --bind -o ro {shlex.quote(p)} {stage}"]
-        steps.append(f"mount -t tmpfs -o size=1m,mode=755 tmpfs {shlex.quote(blocked)}")
-        for stage, p in zip(stages, paths, strict=True):
-            steps += [
-                f"mkdir -p {shlex.quote(p)}",
-                f"mount --move {stage} {shlex.quote(p)}",
-                f"rmdir {stage}",
-            ]
+def _mount_script(exposed: Exposures, tmpfs: str) -> list[str]:
+    """Shell steps, as root in the run's mount namespace: bind each exposed path aside (in a tmpfs of the
+    namespace's own, over BASE_DIR/.stage), mask /tmp, /var/tmp and /dev/shm and lay an empty tmpfs over
+    each hidden directory, move the binds back to their own paths, and drop the staging tmpfs."""
+    stage = shlex.quote(str(BASE_DIR / ".stage"))
+    steps = [f"mount -t tmpfs -o size=1m,mode=700 tmpfs {stage}"] if exposed.binds else []
+    for i, p in enumerate(exposed.binds):
+        steps += [f"mkdir {stage}/{i}", f"mount --bind -o ro {shlex.quote(p)} {stage}/{i}"]
+    steps += [f"mount -t tmpfs -o {tmpfs} tmpfs {d}" for d in MASKED]
+    steps += [f"mount -t tmpfs -o size=1m,mode=755 tmpfs {shlex.quote(h)}" for h in exposed.hidden]
+    for i, p in enumerate(exposed.binds):
+        steps += [f"mkdir -p {shlex.quote(p)}", f"mount --move {stage}/{i} {shlex.quote(p)}"]
+    if exposed.binds:
+        steps.append(f"umount {stage}")
     return steps
 
 
