@@ -100,16 +100,23 @@ def _ledger(run: Path) -> tuple[int, int]:
     return lost, len(consumed) - len(set(consumed))
 
 
+def _wait_for_start(proc: subprocess.Popen, run: Path) -> float:
+    """The moment `run` logs its first row (or its process ends)."""
+    while proc.poll() is None and not (run / "metrics.jsonl").exists():
+        time.sleep(0.01)
+    return time.perf_counter()
+
+
 def run_mode(
     mode: str, kills: int, rng: random.Random, work: Path, places: tuple[str, ...] | None = None
 ) -> dict:
     """`kills` killed and resumed runs of `mode`, cycling through `places` (default: all there are)."""
     reference = _launch(work, "reference", mode)
-    start = time.perf_counter()
+    started = _wait_for_start(reference, work / "reference")
     _, err = reference.communicate(timeout=900)
     if reference.returncode != 0:
         raise RuntimeError(f"{mode}: the uninterrupted run failed:\n{err[-3000:]}")
-    duration = time.perf_counter() - start
+    duration = time.perf_counter() - started  # from the run's first logged row to its end
     expected = _steps(work / "reference")
     out = {
         "kills": 0,
@@ -126,8 +133,9 @@ def run_mode(
         save = 1 + rng.randrange(4)  # the kill comes on one of the first four of five saves
         name = f"kill{i:02d}"
         proc = _launch(work, name, mode, place, save)
-        if place == "moment":
-            time.sleep(rng.uniform(0.15, 0.9) * duration)
+        if place == "moment":  # a moment of the run itself, not of the interpreter starting up
+            _wait_for_start(proc, work / name)
+            time.sleep(rng.uniform(0.0, 0.95) * duration)
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=900)
@@ -137,7 +145,10 @@ def run_mode(
         out["kills"] += 1
         done = _resume(work / name)
         if done.returncode != 0:
-            print(f"{mode} {name} ({place}): resume failed\n{done.stderr[-2000:]}", flush=True)
+            print(
+                f"{mode} {name} ({place}): resume failed\n{done.stdout[-1500:]}\n{done.stderr[-1500:]}",
+                flush=True,
+            )
             continue
         out["resumed"] += 1
         rows = _steps(work / name)
