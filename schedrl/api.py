@@ -149,9 +149,10 @@ def saved_config(
         raise ConfigError(f"{run.config_path}: {err}") from None
 
 
-def check_before_start(cfg: RunConfig) -> Any:
-    """What fails only when the run is built (an unknown task, loss or advantage; a bad dataset row),
-    checked before the run directory exists; returns the task source, so it is built once."""
+def check_before_start(cfg: RunConfig, source: Any = None) -> Any:
+    """What fails only when the run is built (an unknown task, loss or advantage; a bad dataset row; a
+    missing extra), checked before the run directory exists; returns the task source (`source`, or the
+    one the config names, built here once)."""
     from schedrl.algos import registry
     from schedrl.envs import make_task
     from schedrl.training.learner import loss_name
@@ -172,7 +173,7 @@ def check_before_start(cfg: RunConfig) -> Any:
             raise ImportError(
                 f"logging backend {name!r} needs the {EXTRAS[name][1]}: pip install 'schedrl[{name}]'"
             )
-    return make_task(cfg.task.name, **cfg.task.args)
+    return source if source is not None else make_task(cfg.task.name, **cfg.task.args)
 
 
 def train(
@@ -203,7 +204,7 @@ def train(
         write_config(run, cfg)
     else:
         cfg = resolve_config(config, overrides, sets)
-        source = source if source is not None else check_before_start(cfg)
+        source = check_before_start(cfg, source)
         run = new_run_dir(cfg)
     out = run_training(
         cfg, run, resume=resume is not None, on_step=on_step, on_sft_step=on_sft_step, source=source
