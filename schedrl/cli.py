@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from rich.progress import (
 from rich.table import Table
 
 from schedrl.cli_train import add_training_commands
+from schedrl.distributed.backend import WorkerStuckError
 from schedrl.models.loading import quiet_hf
 from schedrl.training.checkpoint import CheckpointError
 
@@ -211,6 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
+    except WorkerStuckError as err:  # its thread cannot be joined: leave without waiting for it
+        console.print(f"[bold red]error:[/] {escape(str(err))}", soft_wrap=True)
+        sys.stdout.flush()
+        os._exit(3)
     except (
         ValueError,
         FileNotFoundError,

@@ -165,6 +165,9 @@ class PipelineConfig:
     num_engines: int = 1  # engine workers; groups go to the one holding the fewest requests
     engine_cpus: int = 1  # cores (and torch threads) of each engine actor
     learner_cpus: int = 1  # cores (and torch threads) of the learner actor
+    # a worker that answers no call for this long is stuck: named with its stack; a stuck engine actor is
+    # replaced (Ray), anything else stops the run (the last checkpoint resumes it); 0: wait forever
+    worker_timeout_s: float = 600.0
 
 
 @dataclass
@@ -258,6 +261,7 @@ _NON_NEGATIVE = {
     "eval.temperature",
     "max_reward_error_rate",
     "task.max_env_error_rate",
+    "pipeline.worker_timeout_s",
 }
 
 

@@ -1,6 +1,14 @@
 """Placement of the pipeline's workers (Ray actors, threads or this process); the only package that imports Ray."""
 
-from schedrl.distributed.backend import LocalBackend, RayBackend, ThreadBackend, WorkerDiedError, make_backend
+from schedrl.distributed.backend import (
+    LocalBackend,
+    RayBackend,
+    ThreadBackend,
+    WorkerDiedError,
+    WorkerStuckError,
+    make_backend,
+    stuck_message,
+)
 from schedrl.distributed.workers import EngineWorker, LearnerWorker
 
 __all__ = [
@@ -10,5 +18,7 @@ __all__ = [
     "RayBackend",
     "ThreadBackend",
     "WorkerDiedError",
+    "WorkerStuckError",
     "make_backend",
+    "stuck_message",
 ]

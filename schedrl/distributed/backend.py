@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
+import traceback
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
@@ -29,6 +31,10 @@ from schedrl.distributed.workers import EngineWorker, LearnerWorker
 
 class WorkerDiedError(RuntimeError):
     """A worker process died (killed, out of memory, crashed)."""
+
+
+class WorkerStuckError(RuntimeError):
+    """A worker has not answered a call for longer than `pipeline.worker_timeout_s`."""
 
 
 def placement(
@@ -53,6 +59,16 @@ def placement(
     return engines, cores[start : start + learner_cpus]
 
 
+def stuck_message(waiting: list, backend: Any, timeout_s: float) -> str:
+    """Who has not answered for `timeout_s`, and the stack of each."""
+    names = ", ".join(name for name, _ in waiting) or "none"
+    report = "\n".join(f"--- {name} ---\n{backend.stack(w)}" for name, w in waiting)
+    return (
+        f"stuck: no answer from {names} for {timeout_s:g} s (pipeline.worker_timeout_s); where each one is:\n"
+        f"{report}\nthe run stops; `schedrl train --resume` continues from its last checkpoint"
+    )
+
+
 def worker_name(index: int, num_engines: int) -> str:
     """The timeline name of engine `index`: "engine" when it is the only one, else "engine-<index>"."""
     return "engine" if num_engines == 1 else f"engine-{index}"
@@ -68,6 +84,7 @@ class LocalBackend:
     """Runs every call at once in this process: a deterministic, serial pipeline (tests, debugging)."""
 
     name = "local"
+    timeout_s: float | None = None  # every call has answered by the time it returns: nothing can be stuck
 
     def start_engine(self, cfg: dict, weights: Any, version: int, index: int = 0) -> EngineWorker:
         name = worker_name(index, cfg["pipeline"]["num_engines"])
@@ -93,7 +110,7 @@ class LocalBackend:
     def wait(self, futures: list, timeout: float | None = None) -> list:
         return list(futures)
 
-    def get(self, future: _Done):
+    def get(self, future: _Done, timeout: float | None = None):
         if future.error is not None:
             raise future.error
         return future.value
@@ -104,7 +121,10 @@ class LocalBackend:
     def kill(self, worker: Any) -> None:
         pass
 
-    def shutdown(self) -> None:
+    def stack(self, worker: Any) -> str:
+        return ""  # every call has returned before the next: nothing here can be stuck
+
+    def shutdown(self, wait: bool = True) -> None:
         pass
 
 
@@ -114,6 +134,7 @@ class _Ref:
 
     future: Future
     index: int | None = None
+    worker: Any = None
 
     def result(self):
         value = self.future.result()
@@ -128,10 +149,12 @@ class _ThreadWorker:
     building = threading.Lock()
 
     def __init__(self, name: str, cls, *args) -> None:
+        self.name = name
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"schedrl-{name}")
         self.instance = self.pool.submit(self._build, cls, *args)  # on its thread, so `pin` pins that thread
 
     def _build(self, cls, *args):
+        self.thread_id = threading.get_ident()  # for the stack of a stuck call
         with self.building:
             return cls(*args)
 
@@ -158,6 +181,7 @@ class ThreadBackend:
         self._threads = torch.get_num_threads()
         torch.set_num_threads(1)
         self.workers: list[_ThreadWorker] = []
+        self.timeout_s: float | None = None  # how long `get` waits for a call before calling it stuck
 
     def start_worker(self, name: str, cls, *args) -> _ThreadWorker:
         """`cls(*args)` built on a new thread of its own, where its calls will run."""
@@ -183,14 +207,24 @@ class ThreadBackend:
             return getattr(worker.instance.result(), method)(*(self._resolve(a) for a in args))
 
         future = worker.pool.submit(run)
-        return _Ref(future) if num_returns == 1 else tuple(_Ref(future, i) for i in range(num_returns))
+        if num_returns == 1:
+            return _Ref(future, None, worker)
+        return tuple(_Ref(future, i, worker) for i in range(num_returns))
 
     def wait(self, futures: list, timeout: float | None = None) -> list:
         done, _ = wait_futures({r.future for r in futures}, timeout=timeout, return_when=FIRST_COMPLETED)
         return [r for r in futures if r.future in done]
 
-    def get(self, ref: _Ref):
-        return ref.result()
+    def get(self, ref: _Ref, timeout: float | None = None):
+        """The call's result; `WorkerStuckError`, with the worker's stack, when it has not answered within
+        `timeout` seconds (default: `timeout_s`, the pipeline's `worker_timeout_s`)."""
+        limit = timeout if timeout is not None else self.timeout_s
+        try:
+            value = ref.future.result(limit)
+        except TimeoutError:
+            who = [(ref.worker.name, ref.worker)] if ref.worker is not None else []
+            raise WorkerStuckError(stuck_message(who, self, limit or 0)) from None
+        return value if ref.index is None else value[ref.index]
 
     def put(self, value: Any) -> _Ref:
         future: Future = Future()
@@ -200,11 +234,17 @@ class ThreadBackend:
     def kill(self, worker: _ThreadWorker) -> None:
         worker.pool.shutdown(wait=False, cancel_futures=True)  # a thread cannot be stopped mid-call
 
-    def shutdown(self) -> None:
+    def stack(self, worker: _ThreadWorker) -> str:
+        """Where the worker's thread is now."""
+        frame = sys._current_frames().get(getattr(worker, "thread_id", -1))
+        return "".join(traceback.format_stack(frame)) if frame is not None else "(its thread has ended)"
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop the workers; `wait=False` leaves a stuck thread behind rather than wait for it forever."""
         import torch
 
         for worker in self.workers:
-            worker.pool.shutdown(wait=True, cancel_futures=True)
+            worker.pool.shutdown(wait=wait, cancel_futures=True)
         self.workers = []
         torch.set_num_threads(self._threads)
 
@@ -231,6 +271,7 @@ class RayBackend:
                 "pipeline.backend 'ray' needs Ray: pip install 'schedrl[ray]' (or use backend 'threads')"
             ) from None
 
+        self.timeout_s: float | None = None  # how long `get` waits for a call before calling it stuck
         self.ray, self.errors = ray, ray.exceptions
         self._started = False
         asked = num_engines * engine_cpus + learner_cpus
@@ -285,11 +326,14 @@ class RayBackend:
         ready, _ = self.ray.wait(list(futures), num_returns=1, timeout=timeout)
         return ready
 
-    def get(self, future: Any) -> Any:
+    def get(self, future: Any, timeout: float | None = None) -> Any:
+        limit = timeout if timeout is not None else self.timeout_s
         try:
-            return self.ray.get(future)
+            return self.ray.get(future, timeout=limit)
         except (self.errors.RayActorError, self.errors.ActorUnavailableError) as e:
             raise WorkerDiedError(str(e).splitlines()[0]) from e
+        except self.errors.GetTimeoutError as e:
+            raise WorkerStuckError(stuck_message([("a Ray actor", None)], self, limit or 0)) from e
 
     def put(self, value: Any):
         return self.ray.put(value)
@@ -297,7 +341,10 @@ class RayBackend:
     def kill(self, worker: Any) -> None:
         self.ray.kill(worker)
 
-    def shutdown(self) -> None:
+    def stack(self, worker: Any) -> str:
+        return "(a Ray actor: its stack is not reachable from here; `ray stack` dumps it live with py-spy)"
+
+    def shutdown(self, wait: bool = True) -> None:
         if self._started:
             self.ray.shutdown()
             self._started = False

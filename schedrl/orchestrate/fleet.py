@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from schedrl.distributed import WorkerDiedError
+from schedrl.distributed import WorkerDiedError, WorkerStuckError
 from schedrl.types import Request, Sample, group_of
 
 log = logging.getLogger(__name__)
@@ -143,11 +143,16 @@ class EngineFleet:
         try:
             return self.backend.get(future)
         except WorkerDiedError as err:
-            self._restart(i, err)
+            self.restart(i, err)
+            return None
+        except WorkerStuckError as err:
+            if self.backend.name != "ray":
+                raise
+            self.restart(i, err)  # an actor can be replaced; a thread cannot be stopped
             return None
 
-    def _restart(self, i: int, err: Exception) -> None:
-        """Engine `i` died: start a new one on the latest weights; `on_restart` resends what it held."""
+    def restart(self, i: int, err: Exception) -> None:
+        """Engine `i` died (or is stuck): start a new one on the latest weights; `on_restart` resends what it held."""
         self.restarts += 1
         log.warning("engine worker %d died (%s); restarting it (restart %d)", i, err, self.restarts)
         if self.restarts > MAX_RESTARTS:

@@ -23,7 +23,7 @@ from typing import Any
 
 from schedrl.config import PipelineConfig, config_to_dict
 from schedrl.data import scored_groups
-from schedrl.distributed import WorkerDiedError, make_backend
+from schedrl.distributed import WorkerDiedError, WorkerStuckError, make_backend, stuck_message
 from schedrl.distributed.workers import cpu_weights
 from schedrl.orchestrate.after_update import StepCallback, after_update, pauses_after
 from schedrl.orchestrate.buffer import Group
@@ -212,10 +212,29 @@ class Pipeline:
                     f"pipeline stalled at update {self.started}: nothing in the engines, no batch "
                     f"ready ({len(self.groups)} groups buffered)"
                 )
-            ready = self.backend.wait(futures)
+            ready = self.backend.wait(futures, timeout=self.p.worker_timeout_s or None)
+            if not ready:
+                self._stuck()
+                continue
             self.fleet.collect(ready)
             if self.learner_futures and any(f is self.learner_futures[0][0] for f in ready):
                 self._on_update()
+
+    def _stuck(self) -> None:
+        """No call has answered for `worker_timeout_s`: name the workers that hold calls, with their stacks.
+        A stuck engine actor on Ray is replaced (its groups are resent); anything else stops the run."""
+        engines = [i for i in range(len(self.fleet.engines)) if self.fleet.futures[i]]
+        waiting = [
+            (getattr(self.fleet.engines[i], "name", f"engine {i}"), self.fleet.engines[i]) for i in engines
+        ]
+        waiting += [("learner", self.learner)] if self.learner_futures else []
+        message = stuck_message(waiting, self.backend, self.p.worker_timeout_s)
+        log.error(message)
+        if self.backend.name == "ray" and engines and not self.learner_futures:
+            for i in engines:
+                self.fleet.restart(i, WorkerStuckError(message))
+            return
+        raise WorkerStuckError(message)
 
     def _may_queue_update(self) -> bool:
         """Whether to send the next update now: when the learner is idle, or behind one running update
@@ -310,14 +329,20 @@ def run_pipeline(c: Components, on_step: StepCallback | None = None) -> None:
         engine_cpus=p.engine_cpus,
         learner_cpus=p.learner_cpus,
     )
+    stuck = False
+    backend.timeout_s = p.worker_timeout_s or None  # every call a worker does not answer in time is stuck
     try:
         pipe = Pipeline(c, backend, on_step)
         try:
             pipe.run()
+        except WorkerStuckError:
+            stuck = True
+            raise
         finally:
-            try:
-                pipe.write_timeline()
-            except Exception as err:  # a dead worker must not hide the original error
-                log.warning("could not collect the timeline: %s", err)
+            if not stuck:  # a stuck worker would not answer
+                try:
+                    pipe.write_timeline()
+                except Exception as err:  # a dead worker must not hide the original error
+                    log.warning("could not collect the timeline: %s", err)
     finally:
-        backend.shutdown()
+        backend.shutdown(wait=not stuck)
