@@ -31,6 +31,8 @@ import time
 import zlib
 from pathlib import Path
 
+from vs_trl import time_to  # the same time-to-target rule as the other workloads
+
 from schedrl.config import SFTConfig, config_from_dict
 from schedrl.envs import make_task
 from schedrl.envs.calc import calc as exact_calc
@@ -185,15 +187,6 @@ def run(start: Path, schedule: list[str], seed: int, steps: int, work: Path) -> 
         "eval_before_pass@1": out["eval_before"]["pass@1"],
         "steps_per_s": (len(times) - 1) / (times[-1] - times[0]),
     }
-
-
-def time_to(run_: dict, target: float, window: int = 20) -> float:
-    """Wall-clock until the moving average over a full window first reaches `target`."""
-    curve, elapsed = run_["curve"], run_["elapsed"]
-    for i in range(window - 1, len(curve)):
-        if statistics.mean(curve[i - window + 1 : i + 1]) >= target:
-            return elapsed[i]
-    return float("inf")
 
 
 def plot(runs: dict[str, list[dict]], path: Path, window: int = 20) -> None:

@@ -32,7 +32,14 @@ from typing import Any
 
 import yaml
 
-from schedrl.config import ConfigError, RunConfig, config_from_dict, config_to_dict, migrate_saved
+from schedrl.config import (
+    ConfigError,
+    RunConfig,
+    config_from_dict,
+    config_to_dict,
+    migrate_saved,
+    read_recipe,
+)
 
 StepCallback = Callable[[int, dict], None]
 
@@ -72,18 +79,7 @@ def _as_dict(config: Any) -> dict[str, Any]:
     if isinstance(config, Mapping):
         return {k: dict(v) if isinstance(v, Mapping) else v for k, v in config.items()}
     if isinstance(config, str | os.PathLike):
-        path = Path(config)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(
-                f"config file {str(path)!r} must hold a mapping at the top, got {type(data).__name__}"
-            )
-        return data
+        return read_recipe(Path(config))
     raise ConfigError(f"config must be a path, a dict or a RunConfig, got {type(config).__name__}")
 
 
@@ -142,7 +138,7 @@ def saved_config(
     from schedrl.training.run_dir import RunDir
 
     run = RunDir.open(run_dir)
-    data = migrate_saved(yaml.safe_load(run.config_path.read_text()) or {})
+    data = migrate_saved(read_recipe(run.config_path))
     try:
         return resolve_config(data, overrides, sets)
     except ConfigError as err:
@@ -224,8 +220,6 @@ def _dotted(fn: Callable) -> str | None:
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     if not module or module == "__main__" or "<" in qualname:
         return None
-    import importlib
-
     try:
         obj: Any = importlib.import_module(module)
         for part in qualname.split("."):

@@ -575,24 +575,28 @@ def migrate_saved(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def read_recipe(path: str | Path) -> dict[str, Any]:
+    """The mapping a YAML recipe holds; a missing file, bad YAML or a non-mapping top names the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"config file {str(path)!r} must hold a mapping at the top, got {type(data).__name__}"
+        )
+    return data
+
+
 def load_config(
     path: str | Path | None = None, overrides: Sequence[str] = (), saved: bool = False
 ) -> RunConfig:
     """Load a YAML recipe (or the defaults when `path` is None) and apply overrides; `saved`: the file is
     a run directory's own config.yaml, whose replaced keys are translated (`migrate_saved`)."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(
-                f"config file {str(path)!r} must hold a mapping at the top, got {type(data).__name__}"
-            )
+    data = read_recipe(path) if path is not None else {}
     if saved:
         data = migrate_saved(data)
     try:
