@@ -165,8 +165,9 @@ class PipelineConfig:
     num_engines: int = 1  # engine workers; groups go to the one holding the fewest requests
     engine_cpus: int = 1  # cores (and torch threads) of each engine actor
     learner_cpus: int = 1  # cores (and torch threads) of the learner actor
-    # a worker that answers no call for this long is stuck: named with its stack; a stuck engine actor is
-    # replaced (Ray), anything else stops the run (the last checkpoint resumes it); 0: wait forever
+    # a worker that answers no call (async) or a phase of a step that does not end (sync) for this long is
+    # stuck: named with its stack; a stuck engine actor is replaced (Ray), anything else stops the run
+    # (the last checkpoint resumes it); 0: wait forever
     worker_timeout_s: float = 600.0
 
 

@@ -4,6 +4,7 @@ failures end an episode (never the run), and a synchronous training run with a c
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import torch
@@ -231,6 +232,36 @@ def test_an_environment_past_its_timeout_ends_its_episode(model, tokenizer):
     finally:
         runner.close()
     assert [s.reward for s in samples] == [0.0, 0.0] and runner.env_errors == 2
+
+
+class BlocksTheLoop(OneCall):
+    async def step(self, action: str):
+        time.sleep(self.observation_delay)  # a synchronous call inside async code: the loop cannot run
+        return StepResult(None, 1.0, done=True)
+
+    observation_delay = 6.0
+
+
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited")  # the other episode's step never ran
+def test_an_environment_that_blocks_the_event_loop_is_named_with_its_stack(model, tokenizer):
+    """`asyncio.wait_for` cannot fire on a blocked loop: without the loop's heartbeat this run would wait
+    for the blocking call however long it takes (forever, for a hung socket)."""
+    from schedrl.rollout.episodes import EnvironmentsStuck
+
+    tasks = make_task("addition").sample("train", 2, seed=6)
+    runner = EpisodeRunner(HFEngine(model, tokenizer), tokenizer, BlocksTheLoop, env_timeout_s=1.0)
+    start = time.perf_counter()
+    try:
+        with pytest.raises(EnvironmentsStuck) as info:
+            runner.run(_requests(tokenizer, tasks), {t.id: t for t in tasks})
+        waited = time.perf_counter() - start
+    finally:
+        runner.close()
+    message = str(info.value)
+    assert "the tool executor" in message and "thread 'environments'" in message
+    assert "task.env_timeout_s=1" in message
+    assert "in step" in message and "time.sleep(self.observation_delay)" in message  # where it blocks
+    assert waited < BlocksTheLoop.observation_delay - 2  # it did not wait for the blocking call to end
 
 
 def test_the_run_stops_when_environments_fail_above_the_configured_rate(model, tokenizer):

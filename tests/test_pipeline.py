@@ -124,6 +124,45 @@ def test_killed_engine_is_restarted(tmp_path, ray_env):
         backend.shutdown()
 
 
+def test_stuck_engine_actor_is_named_with_its_stack_and_replaced(tmp_path, ray_env, caplog):
+    """One of two engine actors stops answering after the first update; past `worker_timeout_s` the
+    message names it with the stack of the call it is in (read on the actor's watchdog thread), and the
+    run replaces it and finishes."""
+    import time as time_module
+
+    from schedrl.distributed import RayBackend
+    from schedrl.orchestrate.pipeline import Pipeline
+
+    cfg = _cfg(tmp_path, "stuck", steps=4, mode="async", max_staleness=1, num_engines=2, worker_timeout_s=8)
+    run = RunDir.create(cfg.out_dir, cfg.name)
+    c = build(cfg, run)
+    warm_start(c)
+    backend = RayBackend(num_engines=2, engine_cpus=1, learner_cpus=1)
+    backend.timeout_s = cfg.pipeline.worker_timeout_s
+
+    def hang_in_the_engine(worker):  # runs on the actor, in its one call thread: every later call queues
+        time_module.sleep(120)
+
+    try:
+        hung = []
+
+        def on_step(done, metrics):
+            if done == 1:
+                hung.append(pipe.engines[1])
+                pipe.engines[1].__ray_call__.remote(hang_in_the_engine)
+
+        pipe = Pipeline(c, backend, on_step)
+        with caplog.at_level("WARNING"):
+            pipe.run()
+        assert pipe.version == 4 and pipe.engine_restarts >= 1 and pipe.engines[1] is not hung[0]
+        logged = caplog.text
+        assert "no answer from engine-1" in logged and "(pipeline.worker_timeout_s)" in logged
+        assert "in hang_in_the_engine" in logged and "time_module.sleep(120)" in logged
+    finally:
+        c.logger.close()
+        backend.shutdown()
+
+
 def test_thread_pipeline_with_k0_is_the_local_one(tmp_path):
     """At k = 0 timing decides nothing, so threads and the serial backend train the same run."""
     threads = torch.get_num_threads()

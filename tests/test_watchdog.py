@@ -50,3 +50,47 @@ def test_a_hung_engine_is_named_with_its_stack_and_the_run_resumes(tmp_path, mon
     monkeypatch.setattr(EngineWorker, "run", real_run)
     resumed = schedrl.train(resume=tmp_path / "hung")
     assert [m["step"] for m in resumed.metrics if "reward_mean" in m] == list(range(1, 7))
+
+
+def test_a_hung_learner_in_the_synchronous_loop_is_named_and_the_run_resumes(tmp_path, monkeypatch):
+    """The synchronous loop runs engine and learner in its own thread: only the watchdog's thread can see
+    a hang there. It names the phase with the loop's stack and interrupts it; the run resumes."""
+    from schedrl.training.learner import Learner
+
+    real_update, calls = Learner.update, [0]
+
+    def hang_here(self, *args, **kwargs):  # the third update never returns by itself
+        calls[0] += 1
+        if calls[0] == 3:
+            threading.Event().wait(60)
+        return real_update(self, *args, **kwargs)
+
+    monkeypatch.setattr(Learner, "update", hang_here)
+    sync = {**RUN, "pipeline": {"worker_timeout_s": 2.0}, "algo": {}}
+    start = time.perf_counter()
+    with pytest.raises(WorkerStuckError) as info:
+        schedrl.train(DEMO, out_dir=str(tmp_path), name="hung", **sync)
+    assert time.perf_counter() - start < 60  # interrupted, not waited out
+    message = str(info.value)
+    assert "no answer from learner (update of step 3) for 2 s (pipeline.worker_timeout_s)" in message
+    assert "in hang_here" in message and "threading.Event().wait(60)" in message
+    assert "--resume" in message
+    monkeypatch.setattr(Learner, "update", real_update)
+    resumed = schedrl.train(resume=tmp_path / "hung")
+    assert [m["step"] for m in resumed.metrics if "reward_mean" in m] == list(range(1, 7))
+
+
+def test_the_watchdog_stays_quiet_for_phases_within_their_time():
+    from schedrl.orchestrate.watchdog import Watchdog
+
+    watchdog = Watchdog(0.5)
+    try:
+        for _ in range(5):
+            with watchdog.phase("engine", "a short phase"):
+                time.sleep(0.2)
+        assert watchdog.fired is None
+        long = watchdog.phase("engine", "a long phase")
+        with pytest.raises(WorkerStuckError, match=r"no answer from engine \(a long phase\) for 0.5 s"), long:
+            time.sleep(5)
+    finally:
+        watchdog.close()

@@ -28,6 +28,8 @@ from typing import Any
 
 from schedrl.distributed.workers import EngineWorker, LearnerWorker
 
+STACK_TIMEOUT_S = 10.0  # how long a stuck Ray actor's stack may take to arrive
+
 
 class WorkerDiedError(RuntimeError):
     """A worker process died (killed, out of memory, crashed)."""
@@ -65,7 +67,8 @@ def stuck_message(waiting: list, backend: Any, timeout_s: float) -> str:
     report = "\n".join(f"--- {name} ---\n{backend.stack(w)}" for name, w in waiting)
     return (
         f"stuck: no answer from {names} for {timeout_s:g} s (pipeline.worker_timeout_s); where each one is:\n"
-        f"{report}\nthe run stops; `schedrl train --resume` continues from its last checkpoint"
+        f"{report}\nunless it can be replaced (an engine on Ray is), the run stops; `schedrl train --resume` "
+        "continues from its last checkpoint"
     )
 
 
@@ -273,6 +276,7 @@ class RayBackend:
 
         self.timeout_s: float | None = None  # how long `get` waits for a call before calling it stuck
         self.ray, self.errors = ray, ray.exceptions
+        self.actors: dict[str, tuple[str, Any]] = {}  # actor id -> (its name, its handle)
         self._started = False
         asked = num_engines * engine_cpus + learner_cpus
         if not ray.is_initialized():
@@ -301,20 +305,25 @@ class RayBackend:
             else ([None] * num_engines, None)
         )
 
+    def _actor(self, cls, cpus: float):
+        # calls run one at a time on the default group; `stacks` has a thread of its own, so a stuck call
+        # can be located while it runs
+        return self.ray.remote(num_cpus=cpus, max_restarts=0, concurrency_groups={"watchdog": 1})(cls)
+
     def start_engine(self, cfg: dict, weights: Any, version: int, index: int = 0):
-        actor = self.ray.remote(num_cpus=self.engine_ask, max_restarts=0)(EngineWorker)
-        return actor.remote(
-            cfg,
-            weights,
-            version,
-            self.engine_cores[index],
-            self.engine_cpus,
-            worker_name(index, self.num_engines),
-        )
+        actor = self._actor(EngineWorker, self.engine_ask)
+        name = worker_name(index, self.num_engines)
+        handle = actor.remote(cfg, weights, version, self.engine_cores[index], self.engine_cpus, name)
+        return self._named(name, handle)
 
     def start_learner(self, cfg: dict, run_root: str, checkpoint: str | None):
-        actor = self.ray.remote(num_cpus=self.learner_ask, max_restarts=0)(LearnerWorker)
-        return actor.remote(cfg, run_root, checkpoint, self.learner_cores, self.learner_cpus)
+        actor = self._actor(LearnerWorker, self.learner_ask)
+        handle = actor.remote(cfg, run_root, checkpoint, self.learner_cores, self.learner_cpus)
+        return self._named("learner", handle)
+
+    def _named(self, name: str, handle: Any) -> Any:
+        self.actors[handle._actor_id.hex()] = (name, handle)  # a stuck call's ref names its actor
+        return handle
 
     def call(self, worker: Any, method: str, *args, num_returns: int = 1):
         fn = getattr(worker, method)
@@ -333,7 +342,8 @@ class RayBackend:
         except (self.errors.RayActorError, self.errors.ActorUnavailableError) as e:
             raise WorkerDiedError(str(e).splitlines()[0]) from e
         except self.errors.GetTimeoutError as e:
-            raise WorkerStuckError(stuck_message([("a Ray actor", None)], self, limit or 0)) from e
+            actor = self.actors.get(future.task_id().actor_id().hex(), ("a Ray actor", None))
+            raise WorkerStuckError(stuck_message([actor], self, limit or 0)) from e
 
     def put(self, value: Any):
         return self.ray.put(value)
@@ -342,7 +352,14 @@ class RayBackend:
         self.ray.kill(worker)
 
     def stack(self, worker: Any) -> str:
-        return "(a Ray actor: its stack is not reachable from here; `ray stack` dumps it live with py-spy)"
+        """Where the actor's current call is, asked on its `watchdog` thread."""
+        if worker is None:
+            return "(unknown actor)"
+        try:
+            ref = worker.stacks.options(concurrency_group="watchdog").remote()
+            return self.ray.get(ref, timeout=STACK_TIMEOUT_S)
+        except Exception as err:  # a dead or unreachable actor: say so, the message still goes out
+            return f"(its stack could not be read: {type(err).__name__}: {str(err).splitlines()[0]})"
 
     def shutdown(self, wait: bool = True) -> None:
         if self._started:

@@ -8,7 +8,10 @@ run config, so only weights cross process boundaries.
 from __future__ import annotations
 
 import os
+import sys
+import threading
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,11 +33,39 @@ def pin(cores: Sequence[int] | None, threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
+def busy_stacks() -> str:
+    """Where this process's threads are, but the caller's: on a Ray actor only the thread that runs its
+    current call (from the frame after Ray's method executor), elsewhere every other thread."""
+    me = threading.get_ident()
+    names = {t.ident: t.name for t in threading.enumerate()}
+    out = []
+    for ident, frame in sys._current_frames().items():
+        if ident == me:
+            continue
+        frames = traceback.extract_stack(frame)
+        starts = [i for i, f in enumerate(frames) if f.name == "actor_method_executor"]
+        if starts:
+            frames = frames[starts[-1] + 1 :]
+        out.append(
+            (bool(starts), f"thread {names.get(ident, ident)!r}:\n" + "".join(traceback.format_list(frames)))
+        )
+    calls = [text for in_call, text in out if in_call]
+    return "\n".join(calls or [text for _, text in out]) or "(no other thread)"
+
+
+class Inspectable:
+    """`stacks()`: answered off the worker's call thread (Ray runs it in the `watchdog` concurrency
+    group), so a call that never returns can still be located."""
+
+    def stacks(self) -> str:
+        return busy_stacks()
+
+
 def cpu_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 
 
-class EngineWorker:
+class EngineWorker(Inspectable):
     """An `HFEngine` stepped in chunks; takes new weights between chunks (between decode steps)."""
 
     def __init__(
@@ -100,7 +131,7 @@ class EngineWorker:
         return self.timeline.drain()
 
 
-class LearnerWorker:
+class LearnerWorker(Inspectable):
     """The policy, its optimizer and the loss; trains on scored samples and hands back weights."""
 
     def __init__(self, cfg: dict, run_root: str, checkpoint: str | None, cores=None, threads=None):

@@ -24,6 +24,7 @@ from typing import Any
 from schedrl.config import PipelineConfig, config_to_dict
 from schedrl.data import scored_groups
 from schedrl.distributed import WorkerDiedError, WorkerStuckError, make_backend, stuck_message
+from schedrl.distributed.backend import worker_name
 from schedrl.distributed.workers import cpu_weights
 from schedrl.orchestrate.after_update import StepCallback, after_update, pauses_after
 from schedrl.orchestrate.buffer import Group
@@ -224,9 +225,7 @@ class Pipeline:
         """No call has answered for `worker_timeout_s`: name the workers that hold calls, with their stacks.
         A stuck engine actor on Ray is replaced (its groups are resent); anything else stops the run."""
         engines = [i for i in range(len(self.fleet.engines)) if self.fleet.futures[i]]
-        waiting = [
-            (getattr(self.fleet.engines[i], "name", f"engine {i}"), self.fleet.engines[i]) for i in engines
-        ]
+        waiting = [(worker_name(i, len(self.fleet.engines)), self.fleet.engines[i]) for i in engines]
         waiting += [("learner", self.learner)] if self.learner_futures else []
         message = stuck_message(waiting, self.backend, self.p.worker_timeout_s)
         log.error(message)

@@ -14,6 +14,7 @@ import torch
 from schedrl.algos import registry
 from schedrl.config import RunConfig
 from schedrl.data import scored_groups
+from schedrl.distributed import WorkerStuckError
 from schedrl.envs import TaskSource
 from schedrl.orchestrate.after_update import StepCallback, after_update
 from schedrl.orchestrate.build import Components, build, sampling_params, save_ref_model
@@ -21,6 +22,7 @@ from schedrl.orchestrate.evaluate import run_eval
 from schedrl.orchestrate.pipeline import run_pipeline
 from schedrl.orchestrate.step_metrics import rollout_metrics, scheduler_metrics, timing_metrics
 from schedrl.orchestrate.update_batch import learner_advantages
+from schedrl.orchestrate.watchdog import Watchdog
 from schedrl.rollout import group_index, group_requests
 from schedrl.timeline import TIMELINE_FILE, Recorder, append_spans
 from schedrl.training.batch import collate
@@ -31,9 +33,10 @@ from schedrl.training.sft import sft_warmup
 log = logging.getLogger(__name__)
 
 
-def rl_step(c: Components, step: int) -> dict[str, float]:
-    """One synchronous step; returns its metrics."""
+def rl_step(c: Components, step: int, watchdog: Watchdog | None = None) -> dict[str, float]:
+    """One synchronous step; returns its metrics. `watchdog` names a phase that runs past its time."""
     cfg, t0 = c.cfg, time.perf_counter()
+    watch = watchdog if watchdog is not None else Watchdog(None)
     plan = c.data.next_batch(cfg.sampling.prompts_per_step * cfg.sampling.group_size)  # [(task, n_samples)]
     tasks = [t for t, _ in plan]
     requests = group_requests(
@@ -42,7 +45,8 @@ def rl_step(c: Components, step: int) -> dict[str, float]:
     by_id = {t.id: t for t in tasks}
     if c.rollout is None:
         raise ValueError("the synchronous loop needs Components.rollout (`build` sets it)")
-    samples, rollout_stats = c.rollout.run(requests, lambda ss: c.scorer(by_id, ss), by_id)
+    with watch.phase("engine", f"generation and scoring of step {step + 1}"):
+        samples, rollout_stats = c.rollout.run(requests, lambda ss: c.scorer(by_id, ss), by_id)
     t_gen = time.perf_counter()
     rewards = torch.tensor([s.reward for s in samples])
     groups = group_index(samples)
@@ -56,8 +60,10 @@ def rl_step(c: Components, step: int) -> dict[str, float]:
         [s.logprobs for s in samples],
         train_mask=[s.trained for s in samples] if any(s.trained is not None for s in samples) else None,
     )
-    stats = c.learner.update(batch, learner_advantages(cfg.algo, samples, groups, adv), step)
-    c.engine.update_weights(c.model.state_dict(), version=step + 1)
+    with watch.phase("learner", f"update of step {step + 1}"):
+        stats = c.learner.update(batch, learner_advantages(cfg.algo, samples, groups, adv), step)
+    with watch.phase("engine", f"weight update to version {step + 1}"):
+        c.engine.update_weights(c.model.state_dict(), version=step + 1)
     t_end = time.perf_counter()
     metrics = rollout_metrics(samples, rewards, groups)
     return {
@@ -109,21 +115,35 @@ def run_sync(c: Components, on_step: StepCallback | None = None) -> None:
         append_spans(c.run.root / TIMELINE_FILE, timeline.drain())
         checkpoint(c, done)
 
-    for step in range(c.start_step or 0, cfg.steps):
-        metrics = rl_step(c, step)
-        end = time.time()
-        timeline.add("generate", end - metrics["step_s"], end - metrics["step_s"] + metrics["gen_s"])
-        timeline.add("train", end - metrics["step_s"] + metrics["gen_s"], end)
-        if step == 0 and metrics["reward_mean"] < cfg.min_start_reward:
-            log.warning(
-                "RL starts at mean reward %.3f < min_start_reward=%.3f: GRPO from a start this weak "
-                "tends to collapse onto one constant answer; train longer with SFT (sft.steps) or "
-                "pick an easier task",
-                metrics["reward_mean"],
-                cfg.min_start_reward,
-            )
-        # the engine already holds the newest weights: `rl_step` pushed them
-        after_update(c, step + 1, metrics, on_step, load_latest=lambda: None, save=save)
+    watchdog = Watchdog(cfg.pipeline.worker_timeout_s)
+    try:
+        for step in range(c.start_step or 0, cfg.steps):
+            _sync_step(c, step, watchdog, timeline, on_step, save)
+    except KeyboardInterrupt:
+        if watchdog.fired is None:
+            raise
+        raise WorkerStuckError(watchdog.fired) from None  # the interrupt landed just after its phase
+    finally:
+        watchdog.close()
+
+
+def _sync_step(c: Components, step: int, watchdog: Watchdog, timeline: Recorder, on_step, save) -> None:
+    """One step of `run_sync`: the update, its timeline, then logging, evaluation and checkpoints."""
+    cfg = c.cfg
+    metrics = rl_step(c, step, watchdog)
+    end = time.time()
+    timeline.add("generate", end - metrics["step_s"], end - metrics["step_s"] + metrics["gen_s"])
+    timeline.add("train", end - metrics["step_s"] + metrics["gen_s"], end)
+    if step == 0 and metrics["reward_mean"] < cfg.min_start_reward:
+        log.warning(
+            "RL starts at mean reward %.3f < min_start_reward=%.3f: GRPO from a start this weak "
+            "tends to collapse onto one constant answer; train longer with SFT (sft.steps) or "
+            "pick an easier task",
+            metrics["reward_mean"],
+            cfg.min_start_reward,
+        )
+    # the engine already holds the newest weights: `rl_step` pushed them
+    after_update(c, step + 1, metrics, on_step, load_latest=lambda: None, save=save)
 
 
 def train(

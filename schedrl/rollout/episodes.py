@@ -24,7 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
+import sys
 import threading
+import time
+import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -39,6 +43,8 @@ from schedrl.rollout.clock import WallClock
 from schedrl.rollout.tool_wait import Back, Release, ToolWaitPolicy, Turn
 from schedrl.seeding import derive_seed
 from schedrl.types import FinishReason, Request, Sample, task_of
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -71,6 +77,14 @@ class _Pending:
 
 class EnvironmentFailure(RuntimeError):
     """The environments failed on more episodes than the run allows."""
+
+
+class EnvironmentsStuck(EnvironmentFailure):
+    """The environments' event loop (the tool executor) has not run for longer than `env_timeout_s`:
+    something blocks its thread, where no per-call timeout can fire."""
+
+
+HEARTBEAT_S = 0.5  # how often the environments' event loop marks that it runs
 
 
 class EpisodeRunner:
@@ -132,12 +146,41 @@ class EpisodeRunner:
         self._closing: list[concurrent.futures.Future] = []  # environments' `close` calls in flight
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="environments", daemon=True)
+        self._beat = time.monotonic()  # when the loop last ran a callback: its heartbeat
+        self.loop.call_soon(self._heartbeat)
         self._thread.start()
+
+    def _heartbeat(self) -> None:
+        self._beat = time.monotonic()
+        self.loop.call_later(HEARTBEAT_S, self._heartbeat)
+
+    def _wait(self, futures: Sequence[concurrent.futures.Future], return_when: str) -> None:
+        """Wait for environment calls as `concurrent.futures.wait` does, but never on a loop that has stopped
+        beating: an environment that blocks the loop's thread (a synchronous sleep, a CPU loop or a blocking
+        socket inside an `async` reset, step or close) starves every per-call timeout, so past
+        `env_timeout_s` without a heartbeat the run stops with `EnvironmentsStuck` and the loop's stack."""
+        while True:
+            done, pending = concurrent.futures.wait(futures, timeout=HEARTBEAT_S * 2, return_when=return_when)
+            if not pending or (done and return_when == concurrent.futures.FIRST_COMPLETED):
+                return
+            silent = time.monotonic() - self._beat
+            if silent > self.env_timeout_s:
+                frame = sys._current_frames().get(self._thread.ident or -1)
+                where = "".join(traceback.format_stack(frame)) if frame is not None else "(it has ended)"
+                raise EnvironmentsStuck(
+                    f"stuck: the tool executor (the environments' event loop, thread "
+                    f"{self._thread.name!r}) has not run for {silent:.0f} s, past task.env_timeout_s="
+                    f"{self.env_timeout_s:g}; an environment blocks it (a synchronous call inside an async "
+                    f"reset, step or close: use `await asyncio.to_thread(...)`); where it is:\n{where}"
+                )
 
     def close(self) -> None:
         """Wait for the environments still closing (each under `env_timeout_s`), then stop the loop."""
         if self._closing:
-            concurrent.futures.wait(self._closing, timeout=self.env_timeout_s)
+            try:
+                self._wait(self._closing, concurrent.futures.ALL_COMPLETED)
+            except EnvironmentsStuck as err:  # closing anyway: the loop's thread is a daemon, left behind
+                log.warning("%s", err)
             self._check_closed()
         if self.loop.is_running():
             self.loop.call_soon_threadsafe(self.loop.stop)
@@ -158,9 +201,8 @@ class EpisodeRunner:
         episodes = self.start(requests, tasks)
         while any(not ep.done for ep in episodes):
             self.advance()
-        for f in self._closing:  # every environment of the batch is closed before the samples go out
-            concurrent.futures.wait([f])
-        self._check_closed()
+        self._wait(self._closing, concurrent.futures.ALL_COMPLETED)  # every environment of the batch is
+        self._check_closed()  # closed before the samples go out
         self.last_latencies = [ep.ended - ep.started for ep in episodes]
         after = self._engine_counters()
         self.last_stats = {k: float(after[k] - before[k]) for k in after}
@@ -289,7 +331,7 @@ class EpisodeRunner:
     def _call(self, ep: _Episode, kind: str, coro) -> None:
         f = self._submit(coro)
         if self.clock.virtual:  # answers at once, with their latency: wait for it so runs are deterministic
-            concurrent.futures.wait([f])
+            self._wait([f], concurrent.futures.ALL_COMPLETED)
         self._waiting[f] = _Pending(ep, kind, self.clock.now())
 
     def _idle(self, waiting: dict, arrivals: dict, lockstep: bool) -> None:
@@ -298,7 +340,7 @@ class EpisodeRunner:
                 self.clock.jump(max(arrivals.values()) if lockstep else min(arrivals.values()))
             return
         until = concurrent.futures.ALL_COMPLETED if lockstep else concurrent.futures.FIRST_COMPLETED
-        concurrent.futures.wait(list(waiting), return_when=until)
+        self._wait(list(waiting), until)
 
     def _end(self, ep: _Episode, reward: float | None = None) -> None:
         if ep.done:  # ended already (a failure found after the end overrules its reward)
