@@ -20,6 +20,7 @@ module-level functions resumes that way as well; one with lambdas or closures re
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -52,7 +53,7 @@ class Result:
     eval_after: dict[str, float]
     run_dir: Path
     plot: Path
-    config: RunConfig
+    config: Any  # the RunConfig (an LM run) or the ClassicConfig (a classic PPO run)
     seconds: float
 
     @property
@@ -76,6 +77,10 @@ def _as_dict(config: Any) -> dict[str, Any]:
         return {}
     if isinstance(config, RunConfig):
         return config_to_dict(config)
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):  # a ClassicConfig
+        from schedrl.classic import classic_config_to_dict
+
+        return classic_config_to_dict(config)  # type: ignore[arg-type]
     if isinstance(config, Mapping):
         return {k: dict(v) if isinstance(v, Mapping) else v for k, v in config.items()}
     if isinstance(config, str | os.PathLike):
@@ -186,10 +191,19 @@ def train(
     overrides, or continue the run directory `resume` from its last checkpoint (its saved config, with
     any overrides). `on_step(step, metrics)` sees every logged step; `sets` are ``a.b=c`` overrides;
     `source` replaces the task the config names (what `Trainer` passes)."""
+    from schedrl.classic import is_classic
     from schedrl.orchestrate.sync import train as run_training
     from schedrl.training.run_dir import RunDir
 
     start = time.perf_counter()
+    if resume is not None and is_classic(read_recipe(RunDir.open(resume).config_path)):
+        if config is not None:
+            raise ValueError(
+                "train(resume=...) continues the run's saved config; give overrides, not a config"
+            )
+        return train_classic_run(None, overrides, sets, on_step, resume=resume)
+    if resume is None and is_classic(_as_dict(config)):
+        return train_classic_run(config, overrides, sets, on_step)
     if resume is not None:
         if config is not None:
             raise ValueError(
@@ -212,6 +226,53 @@ def train(
         Path(out["plot"]),
         cfg,
         time.perf_counter() - start,
+    )
+
+
+def resolve_classic(config: Any = None, overrides: Mapping[str, Any] | None = None, sets: Sequence[str] = ()):
+    """The validated `ClassicConfig` of a classic recipe (path, dict or ClassicConfig) with overrides."""
+    from schedrl.classic import classic_config_from_dict
+
+    data = merge_overrides(_as_dict(config), overrides or {})
+    try:
+        return classic_config_from_dict(data, sets)
+    except ConfigError as err:
+        if isinstance(config, str | os.PathLike):
+            raise ConfigError(f"{config}: {err}") from None
+        raise
+
+
+def train_classic_run(
+    config: Any,
+    overrides: Mapping[str, Any],
+    sets: Sequence[str],
+    on_step: StepCallback | None,
+    resume: str | os.PathLike[str] | None = None,
+) -> Result:
+    """A classic PPO run (`schedrl.classic`): new from `config`, or continued from `resume`."""
+    from schedrl.classic import classic_config_to_dict, train_classic
+    from schedrl.classic.envs import make_envs
+    from schedrl.training.run_dir import RunDir
+
+    start = time.perf_counter()
+    if resume is not None:
+        run = RunDir.open(resume)
+        try:
+            cfg = resolve_classic(read_recipe(run.config_path), overrides, sets)
+        except ConfigError as err:
+            raise ConfigError(f"{run.config_path}: {err}") from None
+    else:
+        cfg = resolve_classic(config, overrides, sets)
+        make_envs(cfg.env, 1).close()  # an unknown environment fails before the run directory exists
+        name = cfg.name or f"{cfg.env.id}-{datetime.now():%Y%m%d-%H%M%S}"
+        cfg = dataclasses.replace(cfg, name=name)
+        run = RunDir.create(cfg.out_dir, name)
+    tmp = run.config_path.with_suffix(".yaml.tmp")
+    tmp.write_text(yaml.safe_dump(classic_config_to_dict(cfg), sort_keys=False))
+    os.replace(tmp, run.config_path)
+    out = train_classic(cfg, run, resume=resume is not None, on_update=on_step)
+    return Result(
+        out["eval_before"], out["eval_after"], run.root, run.plot_path, cfg, time.perf_counter() - start
     )
 
 

@@ -86,24 +86,78 @@ def _train(cfg: RunConfig, resume: str | None, sets: Sequence[str] = ()) -> dict
     }
 
 
-def _eval_table(before: dict, after: dict) -> Table:
-    table = Table(title="held-out evaluation")
+def _eval_table(before: dict, after: dict, title: str = "held-out evaluation") -> Table:
+    table = Table(title=title)
     table.add_column("metric")
-    table.add_column("before RL", justify="right")
-    table.add_column("after RL", justify="right")
+    table.add_column("before training" if "return_mean" in after else "before RL", justify="right")
+    table.add_column("after training" if "return_mean" in after else "after RL", justify="right")
     for key in after:
         table.add_row(key, f"{before.get(key, float('nan')):.3f}", f"{after[key]:.3f}")
     return table
 
 
+def _recipe(args: argparse.Namespace) -> dict:
+    from schedrl.config import read_recipe
+    from schedrl.training.run_dir import RunDir
+
+    if args.resume:
+        return read_recipe(RunDir.open(args.resume).config_path)
+    return read_recipe(args.config) if args.config is not None else {}
+
+
+def cmd_train_classic(args: argparse.Namespace) -> int:
+    """A classic PPO recipe (an `env:` section): a bar over the updates, the evaluation before and after."""
+    from schedrl.api import resolve_classic, train_classic_run
+
+    cfg = resolve_classic(_recipe(args), sets=args.set)
+    columns = (
+        TextColumn("[bold]ppo  "),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+    )
+    with Progress(*columns, TimeRemainingColumn(), console=console) as bar:
+        task = bar.add_task("ppo", total=cfg.updates, info="")
+
+        def on_update(update: int, m: dict) -> None:
+            ret = f"return {m['return_mean_100']:.1f} (last 100 episodes)  " if "return_mean_100" in m else ""
+            bar.update(task, completed=update, info=f"{ret}{m['env_steps_per_s']:.0f} steps/s")
+
+        config = None if args.resume else args.config
+        result = train_classic_run(config, {}, args.set, on_update, resume=args.resume)
+    console.print(
+        _eval_table(result.eval_before, result.eval_after, title=f"{cfg.env.id}: held-out episodes")
+    )
+    solved = next((r for r in result.metrics if "solved_at_steps" in r), None)
+    if solved is not None:
+        console.print(
+            f"[bold green]solved (100-episode mean return >= {cfg.eval.solved_return:g}) after "
+            f"{int(solved['solved_at_steps'])} environment steps, {solved['solved_at_s']:.1f} s[/]"
+        )
+    console.print(f"return curve: {result.plot}")
+    summary = {
+        "env": cfg.env.id,
+        "eval_before": result.eval_before,
+        "eval_after": result.eval_after,
+        "solved_at_steps": None if solved is None else int(solved["solved_at_steps"]),
+        "seconds": round(result.seconds, 1),
+        "run_dir": str(result.run_dir),
+    }
+    print(json.dumps(summary))
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     """Train with a YAML recipe (or resume a run directory)."""
     from schedrl.api import resolve_config, saved_config
+    from schedrl.classic import is_classic
 
     if args.resume and args.config is not None:
         raise ValueError(
             "train --resume continues the run's own config.yaml; give --set overrides, not a recipe"
         )
+    if is_classic(_recipe(args)):
+        return cmd_train_classic(args)
     cfg = (
         saved_config(args.resume, sets=args.set)
         if args.resume

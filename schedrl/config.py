@@ -542,8 +542,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.split("."), value
 
 
-def config_from_dict(data: dict[str, Any] | None, overrides: Sequence[str] = ()) -> RunConfig:
-    """Build and validate a `RunConfig` from a nested dict plus `a.b=c` overrides."""
+def apply_sets(data: dict[str, Any] | None, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """`data` (a copy) with `a.b=c` overrides (the CLI's --set) written in."""
     data = dict(data or {})
     for text in overrides:
         path, value = parse_override(text)
@@ -553,7 +553,22 @@ def config_from_dict(data: dict[str, Any] | None, overrides: Sequence[str] = ())
             if not isinstance(node, dict):
                 raise ConfigError(f"override {text!r}: '{part}' is not a section")
         node[path[-1]] = value
-    cfg = _build(RunConfig, data)
+    return data
+
+
+def build_dataclass(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    """`cls` (a config dataclass, sections nested) from a mapping: every key known and typed, or a
+    `ConfigError` naming the dotted field and the bad value."""
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"config{' ' + prefix.rstrip('.') if prefix else ''} must be a mapping, got {data!r}"
+        )
+    return _build(cls, data, prefix)
+
+
+def config_from_dict(data: dict[str, Any] | None, overrides: Sequence[str] = ()) -> RunConfig:
+    """Build and validate a `RunConfig` from a nested dict plus `a.b=c` overrides."""
+    cfg = _build(RunConfig, apply_sets(data, overrides))
     _validate(cfg)
     return cfg
 

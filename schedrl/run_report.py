@@ -138,10 +138,12 @@ def eval_section(runs: Sequence[Run]) -> Section:
     fig, (ax,) = _axes()
     lines = []
     for run in runs:
-        for key in ("eval/pass@1", "eval/greedy_acc"):
+        for key in ("eval/pass@1", "eval/greedy_acc", "eval/return_mean"):  # LM runs; classic runs
             xs, ys = run.series(key)
-            lines.append((f"{run.name}: {key[5:]}", xs, ys))
-    n = _lines(ax, lines, "held-out evaluation (step 0: before RL)", "accuracy", marker="o-")
+            if xs:
+                lines.append((f"{run.name}: {key[5:]}", xs, ys))
+    label = "return" if any("return" in name for name, _, _ in lines) else "accuracy"
+    n = _lines(ax, lines, "held-out evaluation (step 0: before RL)", label, marker="o-")
     if not n:
         return _empty("eval", "Held-out evaluation", "no evaluation was logged (eval.tasks: 0)")
     return Section("eval", "Held-out evaluation", _svg(fig), n)
@@ -257,9 +259,12 @@ def timeline_section(runs: Sequence[Run]) -> Section:
 
 def throughput_section(runs: Sequence[Run]) -> Section:
     fig, (left, right) = _axes(2)
-    n = _lines(
-        left, [(r.name, *r.series("tokens_per_s")) for r in runs], "generated tokens per second", "tokens/s"
-    )
+    if any(r.series("env_steps_per_s")[0] for r in runs):  # a classic run
+        series = [(r.name, *r.series("env_steps_per_s")) for r in runs]
+        n = _lines(left, series, "environment steps per second", "steps/s")
+    else:
+        series = [(r.name, *r.series("tokens_per_s")) for r in runs]
+        n = _lines(left, series, "generated tokens per second", "tokens/s")
     n += _lines(right, [(r.name, *r.series("step_s")) for r in runs], "seconds per step", "s")
     return Section("throughput", "Throughput", _svg(fig), n)
 

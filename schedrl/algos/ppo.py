@@ -29,7 +29,14 @@ def _float(x: Tensor) -> Tensor:
 
 
 def gae(
-    rewards: Tensor, values: Tensor, mask: Tensor, gamma: float = 1.0, lam: float = 0.95
+    rewards: Tensor,
+    values: Tensor,
+    mask: Tensor,
+    gamma: float = 1.0,
+    lam: float = 0.95,
+    *,
+    ends: Tensor | None = None,
+    last_value: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Generalised advantage estimation per token.  rewards, values, mask: (B, T) -> (adv, returns), (B, T).
 
@@ -43,6 +50,12 @@ def gae(
     token is terminal (bootstraps 0). Simplified: a completion cut at the token budget is treated as
     terminal too, not bootstrapped from V. Outputs are detached and 0 on padding. For an outcome reward
     put r on the last valid token; lam = 1 gives Monte-Carlo returns, lam = 0 one-step TD.
+
+    For a stream of environment steps (classic RL: one row per environment, T steps of a rollout),
+    ``ends`` (B, T) marks the steps after which an episode ended: nothing flows back across them
+    (V_{t'} = A_{t'} = 0 there; a time-limit cut bootstraps by adding gamma V(final obs) to its
+    reward first). ``last_value`` (B,) is V of the state after the last step, bootstrapped into a
+    row that did not end there.
     """
     if rewards.dim() != 2 or values.shape != rewards.shape or mask.shape != rewards.shape:
         raise ValueError(
@@ -54,11 +67,18 @@ def gae(
     m = mask.bool()
     v = _float(values).masked_fill(~m, 0.0)  # (B, T)
     r = _float(rewards).to(v.dtype).masked_fill(~m, 0.0)  # (B, T)
+    if ends is not None and ends.shape != rewards.shape:
+        raise ValueError(f"ends must be (B, T) like rewards {tuple(rewards.shape)}; got {tuple(ends.shape)}")
+    if last_value is not None and last_value.shape != rewards.shape[:1]:
+        raise ValueError(f"last_value must be (B,) = ({rewards.shape[0]},); got {tuple(last_value.shape)}")
     adv = torch.zeros_like(v)
-    next_value = v.new_zeros(v.shape[0])  # V_{t'}, (B,)
+    next_value = v.new_zeros(v.shape[0]) if last_value is None else _float(last_value).to(v.dtype)  # V_{t'}
     next_adv = v.new_zeros(v.shape[0])  # A_{t'}, (B,)
     for t in reversed(range(v.shape[1])):
         valid = m[:, t]
+        if ends is not None:  # an episode ended after step t: nothing of the next one flows back
+            next_value = next_value.masked_fill(ends[:, t].bool(), 0.0)
+            next_adv = next_adv.masked_fill(ends[:, t].bool(), 0.0)
         delta = r[:, t] + gamma * next_value - v[:, t]  # delta_t = r_t + gamma V_{t'} - V_t
         a_t = delta + gamma * lam * next_adv  # A_t = delta_t + gamma lam A_{t'}
         adv[:, t] = torch.where(valid, a_t, 0.0)

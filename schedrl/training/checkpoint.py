@@ -85,6 +85,22 @@ def save_checkpoint(
 ) -> Path:
     """Write checkpoint `step` by the protocol above; keep the newest `keep_last`. `at(point)` is called
     after each step of the protocol (`POINTS`), for tests that stop it there."""
+
+    def write(tmp: Path) -> None:
+        _write(tmp, model, tokenizer, trainer_state, {"step": step, **state})
+
+    return write_checkpoint(ckpt_dir, step, write, keep_last, at)
+
+
+def write_checkpoint(
+    ckpt_dir: Path,
+    step: int,
+    write: Callable[[Path], None],
+    keep_last: int = 3,
+    at: Callable[[str], None] | None = None,
+) -> Path:
+    """The protocol above around `write(tmp_dir)`, which fills the checkpoint (its `state.json` last: a
+    checkpoint without one is incomplete)."""
     if keep_last < 1:
         raise ValueError(f"keep_last must be >= 1, got {keep_last!r}")
     ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -96,7 +112,7 @@ def save_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
-        _write(tmp, model, tokenizer, trainer_state, {"step": step, **state})
+        write(tmp)
         _mark(at, "written")
         _fsync_tree(tmp)
     except OSError as err:
