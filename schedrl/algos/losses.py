@@ -65,6 +65,7 @@ def ppo_clip_loss(
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
     agg: str = "token_mean",
+    with_stats: bool = True,
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO clipped surrogate, per token, aggregated with ``masked_mean(agg)``.
 
@@ -78,7 +79,8 @@ def ppo_clip_loss(
     Stats (floats, over masked tokens): ``clipfrac`` = fraction of tokens where the clipped term wins,
     rho A > clip(rho) A, i.e. (rho > 1 + eps_high and A > 0) or (rho < 1 - eps_low and A < 0), the
     tokens whose gradient is zeroed (TRL's ``is_region_clipped``); ``ratio_mean``, ``ratio_max``;
-    ``approx_kl`` = mean(old_logp - logp), the k1 estimate of KL(pi_old || pi_theta).
+    ``approx_kl`` = mean(old_logp - logp), the k1 estimate of KL(pi_old || pi_theta). ``with_stats=False``
+    skips them (an empty dict), for loops that log only some minibatches.
     """
     eps_low = clip_eps
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
@@ -91,6 +93,8 @@ def ppo_clip_loss(
     unclipped = ratio * a  # rho A
     clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * a  # clip(rho) A
     loss = masked_mean(-torch.minimum(unclipped, clipped), m, agg)  # L = -min(rho A, clip(rho) A)
+    if not with_stats:
+        return loss, {}
     with torch.no_grad():
         stats = {
             "clipfrac": masked_mean((unclipped > clipped).to(logp.dtype), m).item(),

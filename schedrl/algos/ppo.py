@@ -95,6 +95,7 @@ def value_loss(
     *,
     clip_range: float | None = 0.2,
     agg: str = "token_mean",
+    with_stats: bool = True,
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO2 clipped value loss.  values, old_values, returns, mask: (B, T) -> (loss, stats).
 
@@ -108,7 +109,7 @@ def value_loss(
     is the PPO2 default that peer libraries (CleanRL's ``clip_vloss``) reproduce.
 
     Stats: ``vf_clipfrac`` = fraction of tokens where the clipped term is strictly larger (its gradient
-    is then 0); ``value_mean``.
+    is then 0); ``value_mean``. ``with_stats=False`` skips them.
     """
     if clip_range is not None and clip_range < 0:
         raise ValueError(f"clip_range must be >= 0 or None; got {clip_range}")
@@ -124,6 +125,8 @@ def value_loss(
         clipped = (v_clip - ret) ** 2
         loss_t = torch.maximum(unclipped, clipped)
     loss = 0.5 * masked_mean(loss_t, m, agg)  # 0.5 * max(...)
+    if not with_stats:
+        return loss, {}
     with torch.no_grad():
         stats = {
             "vf_clipfrac": masked_mean((clipped > unclipped).to(v.dtype), m).item(),

@@ -31,6 +31,9 @@ class EnvSection:
     max_episode_steps: int | None = None  # None: the registered time limit
     normalize_obs: bool = False  # a running mean and variance (gymnasium's NormalizeObservation), saved
     clip_obs: float = 10.0  # normalized observations are clipped to +- this
+    # rewards divided by the running std of the discounted return (SB3's VecNormalize norm_reward), saved
+    normalize_reward: bool = False
+    clip_reward: float = 10.0
     module: str | None = None  # a module to import first, which registers `id` (e.g. "my_pkg.envs")
 
 
@@ -56,10 +59,16 @@ class PPOSection:
 
 @dataclass
 class PolicySection:
-    hidden: tuple[int, ...] = (64, 64)  # each of the two networks (actor and critic)
+    # "mlp": two MLPs (actor and critic) on the flattened observation; "attention": self-attention over
+    # the rows of a (entities, features) observation, one logit per row (a job shop's jobs)
+    kind: Literal["mlp", "attention"] = "mlp"
+    hidden: tuple[int, ...] = (64, 64)  # mlp: each of the two networks (actor and critic)
     activation: Literal["tanh", "relu"] = "tanh"
     ortho_init: bool = True  # orthogonal weights: gain sqrt(2) hidden, 0.01 policy head, 1 value head
     log_std_init: float = 0.0  # continuous actions: the initial log standard deviation
+    dim: int = 64  # attention: embedding width
+    layers: int = 2  # attention: encoder layers
+    heads: int = 4  # attention: heads per layer
 
 
 @dataclass

@@ -22,6 +22,10 @@ from schedrl.classic.rollout import ObsNormalizer, action_mask
 
 EVAL_SEED_BASE = 10**8
 
+# schedrl's own environments, made on first use (job-shop-lib is imported only then)
+if "schedrl/JobShop-v0" not in gym.registry:
+    gym.register("schedrl/JobShop-v0", entry_point="schedrl.envs.scheduling.jobshop_env:make_jobshop")
+
 
 def make_envs(e: EnvSection, num_envs: int | None = None) -> gym.vector.VectorEnv:
     """`gymnasium.make_vec` of the section: an unknown id names the field and the ids it resembles."""
@@ -54,13 +58,13 @@ def make_envs(e: EnvSection, num_envs: int | None = None) -> gym.vector.VectorEn
 def snapshot(envs: gym.vector.VectorEnv) -> bytes | None:
     """The pickled state of `envs` (every copy mid-episode, with its random generator), or None where it
     cannot be taken (copies in other processes): resume then resets them."""
-    if isinstance(envs, gym.vector.SyncVectorEnv):  # its factories are local functions; its copies pickle
-        return pickle.dumps({"envs": envs.envs, "autoreset": envs._autoreset_envs})
     if isinstance(envs, gym.vector.AsyncVectorEnv):
         return None
     try:
+        if isinstance(envs, gym.vector.SyncVectorEnv):  # its factories are local functions; its copies pickle
+            return pickle.dumps({"envs": envs.envs, "autoreset": envs._autoreset_envs})
         return pickle.dumps({"vector": envs})
-    except (pickle.PicklingError, TypeError, AttributeError):
+    except (pickle.PicklingError, TypeError, AttributeError):  # an environment holding a closure, a socket
         return None
 
 
@@ -93,7 +97,10 @@ def evaluate(
         n = min(16, episodes - len(returns))
         envs = make_envs(e, n)
         try:
-            obs, infos = envs.reset(seed=[first + len(returns) + i for i in range(n)])  # type: ignore[arg-type]  # one per copy
+            start = first + len(returns)
+            # one seed per copy; a batched implementation takes one seed and derives its copies' from it
+            seeds = start if e.vectorization == "vector_entry_point" else [start + i for i in range(n)]
+            obs, infos = envs.reset(seed=seeds)  # type: ignore[arg-type]
             mask = action_mask(infos, n, None)
             total, length = np.zeros(n), np.zeros(n, dtype=np.int64)
             done = np.zeros(n, dtype=bool)

@@ -74,10 +74,10 @@ class ActorCritic(nn.Module):
         raise ValueError(f"classic PPO acts in a Discrete or Box action space, got {action_space}")
 
     def value(self, obs: Tensor) -> Tensor:
-        return self.v(obs).squeeze(-1)
+        return self.v(obs.flatten(1)).squeeze(-1)
 
     def _logits(self, obs: Tensor, mask: Tensor | None) -> Tensor:
-        logits = self.pi(obs)
+        logits = self.pi(obs.flatten(1))
         if mask is not None:
             if not bool(mask.any(-1).all()):
                 raise ValueError("an action mask allows no action for some observation")
@@ -98,7 +98,7 @@ class ActorCritic(nn.Module):
                 action = torch.multinomial(logp_all.exp(), 1).squeeze(-1)
             return action, logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1), value
         assert self.log_std is not None
-        mean = self.pi(obs)
+        mean = self.pi(obs.flatten(1))
         action = mean if deterministic else mean + self.log_std.exp() * torch.randn_like(mean)
         return action, self._gauss_logp(mean, action), value
 
@@ -108,15 +108,16 @@ class ActorCritic(nn.Module):
         return (-0.5 * z.pow(2) - self.log_std - 0.5 * LOG_2PI).sum(-1)
 
     def evaluate(
-        self, obs: Tensor, actions: Tensor, mask: Tensor | None = None
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """(log-probability, entropy, value) of stored `actions`, with gradients."""
+        self, obs: Tensor, actions: Tensor, mask: Tensor | None = None, with_entropy: bool = True
+    ) -> tuple[Tensor, Tensor | None, Tensor]:
+        """(log-probability, entropy, value) of stored `actions`, with gradients (the entropy None when
+        `with_entropy` is False: a loss without an entropy bonus does not pay for it)."""
         value = self.value(obs)
         if self.discrete:
             logits = self._logits(obs, mask)
             logp = torch.log_softmax(logits, -1).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-            return logp, entropy_from_logits(logits), value
+            return logp, entropy_from_logits(logits) if with_entropy else None, value
         assert self.log_std is not None
-        mean = self.pi(obs)
-        entropy = (0.5 + 0.5 * LOG_2PI + self.log_std).sum().expand(obs.shape[0])
+        mean = self.pi(obs.flatten(1))
+        entropy = (0.5 + 0.5 * LOG_2PI + self.log_std).sum().expand(obs.shape[0]) if with_entropy else None
         return self._gauss_logp(mean, actions), entropy, value

@@ -61,21 +61,26 @@ class PPO:
             group["lr"] = lr
         adv_all, ret_all = advantages(r, p.gamma, p.gae_lambda)
         keep = r.valid.reshape(-1)
-        obs = r.obs.reshape(-1, r.obs.shape[-1])[keep]
+        obs = r.obs.reshape(-1, *r.obs.shape[2:])[keep]
         actions = r.actions.reshape(-1, *r.actions.shape[2:])[keep]
         old_logp, old_v = r.logp.reshape(-1)[keep], r.values.reshape(-1)[keep]
         adv, ret = adv_all.reshape(-1)[keep], ret_all.reshape(-1)[keep]
         masks = None if r.masks is None else r.masks.reshape(-1, r.masks.shape[-1])[keep]
         n = obs.shape[0]
-        sums: dict[str, float] = {}
+        sums = torch.zeros(3)  # loss, policy loss, value loss, summed over the minibatches stepped
+        logged: dict[str, list[float]] = {}
         count, stopped = 0, False
-        for _ in range(p.n_epochs):
+        for epoch in range(p.n_epochs):
             order = torch.randperm(n, generator=generator)
+            last_epoch = epoch == p.n_epochs - 1
             for start in range(0, n, p.batch_size):
                 idx = order[start : start + p.batch_size]
                 if idx.numel() < 2 and n >= 2:
                     continue  # a one-sample tail cannot be normalized
-                stats = self._minibatch(
+                with_stats = (
+                    last_epoch or p.target_kl is not None
+                )  # the ratios' statistics cost as much as a step
+                step = self._minibatch(
                     obs[idx],
                     actions[idx],
                     old_logp[idx],
@@ -84,20 +89,29 @@ class PPO:
                     ret[idx],
                     None if masks is None else masks[idx],
                     clip,
+                    with_stats,
                 )
-                for k, v in stats.items():
-                    sums[k] = sums.get(k, 0.0) + v
+                if step is None:
+                    continue
+                losses, stats = step
+                sums += losses
                 count += 1
-                if p.target_kl is not None and stats.get("approx_kl", 0.0) > 1.5 * p.target_kl:
+                for k, v in stats.items():
+                    logged.setdefault(k, []).append(v)
+                if p.target_kl is not None and stats["approx_kl"] > 1.5 * p.target_kl:
                     stopped = True
                     break
             if stopped:
                 break
-        out = {k: v / max(count, 1) for k, v in sums.items()}
-        explained = (
-            1.0 - float(torch.var(ret - old_v) / torch.var(ret)) if n > 1 and torch.var(ret) > 0 else 0.0
-        )
+        out = {k: sum(v) / len(v) for k, v in logged.items()}
+        out.update(zip(("loss", "policy_loss", "value_loss"), (sums / max(count, 1)).tolist(), strict=True))
+        with torch.no_grad():
+            _, entropy, _ = self.policy.evaluate(obs, actions, masks)
+            assert entropy is not None
+            var = torch.var(ret)
+            explained = 1.0 - float(torch.var(ret - old_v) / var) if n > 1 and var > 0 else 0.0
         out.update(
+            entropy=float(entropy.mean()),
             lr=lr,
             clip_range=clip,
             explained_variance=explained,
@@ -107,22 +121,29 @@ class PPO:
         )
         return out
 
-    def _minibatch(self, obs, actions, old_logp, old_v, adv, ret, masks, clip) -> dict[str, float]:
+    def _minibatch(
+        self, obs, actions, old_logp, old_v, adv, ret, masks, clip, with_stats: bool
+    ) -> tuple[Tensor, dict[str, float]] | None:
+        """One step on a minibatch: (its loss, policy loss and value loss; the ratios' statistics), or None
+        when it was skipped (not finite)."""
         p = self.p
         if p.normalize_advantage and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        logp, entropy, value = self.policy.evaluate(obs, actions, masks)
+        logp, entropy, value = self.policy.evaluate(obs, actions, masks, with_entropy=p.ent_coef > 0)
         ones = torch.ones(obs.shape[0], 1, dtype=torch.bool)
-        pg, pg_stats = ppo_clip_loss(logp[:, None], old_logp[:, None], adv[:, None], ones, clip_eps=clip)
-        vf, vf_stats = value_loss(
-            value[:, None], old_v[:, None], ret[:, None], ones, clip_range=p.clip_range_vf
+        pg, pg_stats = ppo_clip_loss(
+            logp[:, None], old_logp[:, None], adv[:, None], ones, clip_eps=clip, with_stats=with_stats
         )
-        ent = entropy.mean()
-        loss = pg + p.vf_coef * vf - p.ent_coef * ent
+        vf, _ = value_loss(
+            value[:, None], old_v[:, None], ret[:, None], ones, clip_range=p.clip_range_vf, with_stats=False
+        )
+        loss = pg + p.vf_coef * vf
+        if entropy is not None:
+            loss = loss - p.ent_coef * entropy.mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), p.max_grad_norm, foreach=True)
-        if not (math.isfinite(loss.item()) and math.isfinite(norm.item())):
+        if not math.isfinite(float(loss.detach() + norm)):
             self.optimizer.zero_grad(set_to_none=True)  # skipped: the moments are not touched
             self.skipped += 1
             self.bad_in_a_row += 1
@@ -131,18 +152,13 @@ class PPO:
                     f"{self.bad_in_a_row} minibatches in a row had a loss or gradient that is not finite "
                     f"(ppo.max_bad_steps={p.max_bad_steps}); last loss {loss.item()}, gradient norm {norm.item()}"
                 )
-            return {}
+            return None
         self.bad_in_a_row = 0
         self.optimizer.step()
-        return {
-            "loss": loss.item(),
-            "policy_loss": pg.item(),
-            "value_loss": vf.item(),
-            "entropy": ent.item(),
-            "grad_norm": norm.item(),
-            "clipfrac": pg_stats["clipfrac"],
-            "approx_kl": pg_stats["approx_kl"],
-        }
+        stats = {"clipfrac": pg_stats["clipfrac"], "approx_kl": pg_stats["approx_kl"]} if with_stats else {}
+        if with_stats:
+            stats["grad_norm"] = float(norm)
+        return torch.stack([loss.detach(), pg.detach(), vf.detach()]), stats
 
     def state_dict(self) -> dict:
         return {

@@ -30,8 +30,6 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.utils import RunningMeanStd
 from torch import Tensor
 
-from schedrl.classic.policy import ActorCritic
-
 MASK_KEY = "action_mask"
 
 
@@ -75,6 +73,33 @@ class ObsNormalizer:
         self.rms.mean, self.rms.var, self.rms.count = state["mean"], state["var"], state["count"]
 
 
+class RewardScaler:
+    """Rewards divided by the running standard deviation of the discounted return, clipped (what SB3's
+    `VecNormalize(norm_reward=True)` and gymnasium's `NormalizeReward` do); episode statistics keep the
+    raw rewards. Off: rewards pass unchanged."""
+
+    def __init__(self, n: int, gamma: float, clip: float, enabled: bool) -> None:
+        self.enabled, self.gamma, self.clip = enabled, gamma, clip
+        self.rms = RunningMeanStd(shape=())
+        self.returns = np.zeros(n)
+
+    def __call__(self, reward: np.ndarray, done: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        if not self.enabled:
+            return reward
+        self.returns = np.where(valid, self.returns * self.gamma + reward, self.returns)
+        self.rms.update(self.returns[valid])
+        self.returns[done] = 0.0
+        scaled = reward / np.sqrt(self.rms.var + 1e-8)
+        return np.clip(scaled, -self.clip, self.clip).astype(np.float32)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"mean": self.rms.mean, "var": self.rms.var, "count": self.rms.count, "returns": self.returns}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rms.mean, self.rms.var, self.rms.count = state["mean"], state["var"], state["count"]
+        self.returns = state["returns"]
+
+
 def action_mask(infos: dict, n: int, k: int | None) -> np.ndarray | None:
     if MASK_KEY not in infos:
         return None
@@ -89,9 +114,15 @@ class Collector:
     running episode returns between rollouts. `episodes` collects (return, length) of finished ones."""
 
     def __init__(
-        self, envs: gym.vector.VectorEnv, policy: ActorCritic, normalizer: ObsNormalizer, gamma: float
+        self,
+        envs: gym.vector.VectorEnv,
+        policy: Any,
+        normalizer: ObsNormalizer,
+        gamma: float,
+        reward_scale: RewardScaler | None = None,
     ):
         self.envs, self.policy, self.norm, self.gamma = envs, policy, normalizer, gamma
+        self.reward_scale = reward_scale or RewardScaler(envs.num_envs, gamma, 10.0, enabled=False)
         self.mode = envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         if self.mode not in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP):
             raise ValueError(f"classic PPO handles NEXT_STEP and SAME_STEP autoreset, not {self.mode}")
@@ -120,9 +151,11 @@ class Collector:
 
     def state_dict(self) -> dict[str, Any]:
         keys = ("obs", "mask", "pending_reset", "ep_return", "ep_length", "episodes", "steps")
-        return {k: getattr(self, k) for k in keys}
+        return {**{k: getattr(self, k) for k in keys}, "reward_scale": self.reward_scale.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        self.reward_scale.load_state_dict(state.pop("reward_scale"))
         for k, v in state.items():
             setattr(self, k, v)
 
@@ -156,7 +189,7 @@ class Collector:
             reward = np.asarray(reward, dtype=np.float32) * valid[t]
             done = (np.asarray(terminated) | np.asarray(truncated)) & valid[t]
             cut = np.asarray(truncated) & ~np.asarray(terminated) & valid[t]
-            rew[t], ends[t] = reward, done
+            rew[t], ends[t] = self.reward_scale(reward, done, valid[t]), done
             self.ep_return += reward
             self.ep_length += valid[t]
             for i in np.flatnonzero(done):

@@ -22,14 +22,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
-from schedrl.classic.config import ClassicConfig, classic_config_to_dict
+from schedrl.classic.attention import EntityAttentionPolicy
+from schedrl.classic.config import ClassicConfig, PolicySection, classic_config_to_dict
 from schedrl.classic.envs import evaluate, make_envs, restore, snapshot
 from schedrl.classic.policy import ActorCritic
 from schedrl.classic.ppo import PPO
-from schedrl.classic.rollout import Collector, ObsNormalizer
+from schedrl.classic.rollout import Collector, ObsNormalizer, RewardScaler
 from schedrl.timeline import TIMELINE_FILE, Recorder, append_spans
 from schedrl.training.checkpoint import latest_checkpoint, rng_state, set_rng_state, write_checkpoint
 from schedrl.training.run_dir import MetricsLogger, RunDir, plot_reward_curve, read_metrics
@@ -38,6 +40,29 @@ log = logging.getLogger(__name__)
 
 WINDOW = 100  # episodes in the running mean return (`return_mean_100`), as SB3's `ep_info_buffer`
 UpdateCallback = Callable[[int, dict], None]
+
+
+def make_policy(p: PolicySection, obs_space: gym.Space, act_space: gym.Space) -> Any:
+    """The policy a `policy:` section names, for one environment copy's spaces."""
+    if p.kind == "attention":
+        if (
+            not isinstance(act_space, gym.spaces.Discrete)
+            or obs_space.shape is None
+            or len(obs_space.shape) != 2
+        ):
+            raise ValueError(
+                "config field 'policy.kind': attention needs a Discrete action space and (entities, features) "
+                f"observations, got {act_space} and {obs_space}"
+            )
+        return EntityAttentionPolicy(obs_space.shape[1], p.dim, p.layers, p.heads)
+    return ActorCritic.for_spaces(
+        obs_space,
+        act_space,
+        hidden=p.hidden,
+        activation=p.activation,
+        ortho_init=p.ortho_init,
+        log_std_init=p.log_std_init,
+    )
 
 
 class Runner:
@@ -49,19 +74,13 @@ class Runner:
         torch.set_num_threads(cfg.threads)
         self.envs = make_envs(cfg.env)
         obs_space, act_space = self.envs.single_observation_space, self.envs.single_action_space
-        p = cfg.policy
-        self.policy = ActorCritic.for_spaces(
-            obs_space,
-            act_space,
-            hidden=p.hidden,
-            activation=p.activation,
-            ortho_init=p.ortho_init,
-            log_std_init=p.log_std_init,
-        )
+        self.policy = make_policy(cfg.policy, obs_space, act_space)
         self.algo = PPO(self.policy, cfg.ppo)
         assert obs_space.shape is not None
         self.norm = ObsNormalizer(obs_space.shape, cfg.env.clip_obs, cfg.env.normalize_obs)
-        self.collector = Collector(self.envs, self.policy, self.norm, cfg.ppo.gamma)
+        e = cfg.env
+        scaler = RewardScaler(e.num_envs, cfg.ppo.gamma, e.clip_reward, e.normalize_reward)
+        self.collector = Collector(self.envs, self.policy, self.norm, cfg.ppo.gamma, scaler)
         self.recent: deque[float] = deque(maxlen=WINDOW)
         self.recent_lengths: deque[int] = deque(maxlen=WINDOW)
         self.episodes = 0

@@ -1,0 +1,63 @@
+"""A policy over a set of entities (the jobs of a job shop): self-attention in plain torch, one logit per
+entity, and a value from the mean of the entity embeddings.
+
+It has `ActorCritic`'s interface (`act`, `evaluate`, `value`), so the classic PPO trains it unchanged.
+The observation is `max_entities x features`; a row whose first feature is 0 is padding (no
+attention to it, never an action). The same weights run any number of entities, so a policy trained on
+20-job instances evaluates on 100-job ones.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from schedrl.algos.losses import entropy_from_logits
+
+
+class EntityAttentionPolicy(nn.Module):
+    discrete = True
+    log_std = None
+
+    def __init__(self, features: int, dim: int = 64, layers: int = 2, heads: int = 4) -> None:
+        super().__init__()
+        self.features = features
+        self.embed = nn.Sequential(nn.Linear(features, dim), nn.ReLU(), nn.Linear(dim, dim))
+        layer = nn.TransformerEncoderLayer(
+            dim, heads, 2 * dim, dropout=0.0, batch_first=True, norm_first=True
+        )
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.pi = nn.Sequential(nn.Linear(2 * dim, dim), nn.ReLU(), nn.Linear(dim, 1))
+        self.v = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, 1))
+
+    def _encode(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        x = obs.view(obs.shape[0], -1, self.features)  # (B, N, F)
+        real = x[..., 0] > 0.5  # (B, N)
+        h = self.encoder(self.embed(x), src_key_padding_mask=~real)  # (B, N, D)
+        h = h.masked_fill(~real[..., None], 0.0)
+        pooled = h.sum(1) / real.sum(1, keepdim=True).clamp(min=1)  # (B, D)
+        return h, pooled, real
+
+    def _heads(self, obs: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        h, pooled, real = self._encode(obs)
+        both = torch.cat([h, pooled[:, None].expand_as(h)], -1)
+        logits = self.pi(both).squeeze(-1)  # (B, N)
+        allowed = real if mask is None else (mask & real)
+        if not bool(allowed.any(-1).all()):
+            raise ValueError("an action mask allows no action for some observation")
+        return logits.masked_fill(~allowed, float("-inf")), self.v(pooled).squeeze(-1)
+
+    def value(self, obs: Tensor) -> Tensor:
+        return self.v(self._encode(obs)[1]).squeeze(-1)
+
+    @torch.no_grad()
+    def act(self, obs: Tensor, mask: Tensor | None = None, deterministic: bool = False):
+        logits, value = self._heads(obs, mask)
+        logp_all = torch.log_softmax(logits, -1)
+        action = logp_all.argmax(-1) if deterministic else torch.multinomial(logp_all.exp(), 1).squeeze(-1)
+        return action, logp_all.gather(-1, action[:, None]).squeeze(-1), value
+
+    def evaluate(self, obs: Tensor, actions: Tensor, mask: Tensor | None = None, with_entropy: bool = True):
+        logits, value = self._heads(obs, mask)
+        logp = torch.log_softmax(logits, -1).gather(-1, actions.long()[:, None]).squeeze(-1)
+        return logp, entropy_from_logits(logits) if with_entropy else None, value
