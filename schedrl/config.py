@@ -615,6 +615,11 @@ def load_config(
     data = read_recipe(path) if path is not None else {}
     if saved:
         data = migrate_saved(data)
+    if "env" in data and "task" not in data:
+        raise ConfigError(
+            f"{path}: a classic PPO recipe (it has an `env:` section); `schedrl train` runs it, the LM "
+            "commands (sft, eval) do not"
+        )
     try:
         return config_from_dict(data, overrides)
     except ConfigError as err:

@@ -68,10 +68,19 @@ def test_bad_override(text):
 def test_examples_are_valid_recipes():
     from pathlib import Path
 
+    from schedrl.classic import classic_config_from_dict, is_classic
+    from schedrl.config import read_recipe
+
     recipes = sorted(Path(__file__).parent.parent.joinpath("examples").glob("*.yaml"))
     assert recipes
     for path in recipes:
-        load_config(path)
+        data = read_recipe(path)
+        if is_classic(data):  # a classic PPO recipe: its own config, and the LM loader says so
+            classic_config_from_dict(data)
+            with pytest.raises(ConfigError, match=r"classic PPO recipe .*schedrl train"):
+                load_config(path)
+        else:
+            load_config(path)
 
 
 @pytest.mark.parametrize(
