@@ -264,7 +264,7 @@ def train_classic_run(
     else:
         cfg = resolve_classic(config, overrides, sets)
         make_envs(cfg.env, 1).close()  # an unknown environment fails before the run directory exists
-        name = cfg.name or f"{cfg.env.id}-{datetime.now():%Y%m%d-%H%M%S}"
+        name = cfg.name or f"{cfg.env.id.replace('/', '-')}-{datetime.now():%Y%m%d-%H%M%S}"
         cfg = dataclasses.replace(cfg, name=name)
         run = RunDir.create(cfg.out_dir, name)
     tmp = run.config_path.with_suffix(".yaml.tmp")

@@ -179,7 +179,31 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-JSSP_DEMO = Path(__file__).resolve().parents[1] / "examples" / "jssp_ppo.yaml"
+# The job-shop demo's recipe (examples/jssp_ppo.yaml holds the same; a test keeps them equal), embedded
+# so that the demo runs from an installed package too.
+JSSP_DEMO = {
+    "seed": 0,
+    "total_steps": 600_000,
+    "save_every": 50,
+    "env": {
+        "id": "schedrl/JobShop-v0",
+        "num_envs": 8,
+        "kwargs": {"sizes": [[6, 6], [10, 10], [15, 10], [15, 15], [20, 15], [20, 20]], "max_jobs": 20},
+    },
+    "ppo": {
+        "n_steps": 64,
+        "batch_size": 256,
+        "n_epochs": 4,
+        "gamma": 1.0,
+        "gae_lambda": 0.95,
+        "lr": 0.0003,
+        "ent_coef": 0.01,
+        "vf_coef": 1.0,
+        "clip_range": 0.2,
+    },
+    "policy": {"kind": "attention", "dim": 64, "layers": 2, "heads": 4},
+    "eval": {"episodes": 16},
+}
 
 
 def cmd_demo_jssp(args: argparse.Namespace) -> int:

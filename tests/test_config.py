@@ -139,3 +139,14 @@ def test_a_saved_run_config_with_replaced_keys_still_loads(tmp_path):
     cfg = load_config(path, saved=True)
     assert (cfg.pipeline.weight_sync, cfg.pipeline.consumption) == ("cut_resume", "partial")
     assert cfg.engine.prefill_prompt_once and not cfg.optim.forward_prompt_once
+
+
+def test_the_embedded_jssp_demo_recipe_is_the_shipped_one():
+    from pathlib import Path
+
+    from schedrl.classic import classic_config_from_dict
+    from schedrl.cli_train import JSSP_DEMO
+    from schedrl.config import read_recipe
+
+    shipped = read_recipe(Path(__file__).parent.parent / "examples" / "jssp_ppo.yaml")
+    assert classic_config_from_dict(shipped) == classic_config_from_dict(JSSP_DEMO)
