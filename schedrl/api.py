@@ -78,9 +78,7 @@ def _as_dict(config: Any) -> dict[str, Any]:
     if isinstance(config, RunConfig):
         return config_to_dict(config)
     if dataclasses.is_dataclass(config) and not isinstance(config, type):  # a ClassicConfig
-        from schedrl.classic import classic_config_to_dict
-
-        return classic_config_to_dict(config)  # type: ignore[arg-type]
+        return config_to_dict(config)
     if isinstance(config, Mapping):
         return {k: dict(v) if isinstance(v, Mapping) else v for k, v in config.items()}
     if isinstance(config, str | os.PathLike):
@@ -106,18 +104,22 @@ def merge_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> dict[
     return out
 
 
+def _resolve(build: Callable, config: Any, overrides: Mapping[str, Any] | None, sets: Sequence[str]) -> Any:
+    data = merge_overrides(_as_dict(config), overrides or {})
+    try:
+        return build(data, sets)
+    except ConfigError as err:
+        if isinstance(config, str | os.PathLike):
+            raise ConfigError(f"{config}: {err}") from None
+        raise
+
+
 def resolve_config(
     config: Any = None, overrides: Mapping[str, Any] | None = None, sets: Sequence[str] = ()
 ) -> RunConfig:
     """The validated config of `config` (a path, dict or RunConfig) with keyword overrides and ``a.b=c``
     overrides (the CLI's --set); an error in a recipe file names the file."""
-    data = merge_overrides(_as_dict(config), overrides or {})
-    try:
-        return config_from_dict(data, sets)
-    except ConfigError as err:
-        if isinstance(config, str | os.PathLike):
-            raise ConfigError(f"{config}: {err}") from None
-        raise
+    return _resolve(config_from_dict, config, overrides, sets)
 
 
 def new_run_dir(cfg: RunConfig):
@@ -130,7 +132,8 @@ def new_run_dir(cfg: RunConfig):
     return run
 
 
-def write_config(run, cfg: RunConfig) -> None:
+def write_config(run, cfg: Any) -> None:
+    """The run directory's `config.yaml` (a `RunConfig` or a `ClassicConfig`), replaced atomically."""
     tmp = run.config_path.with_suffix(".yaml.tmp")
     tmp.write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
     os.replace(tmp, run.config_path)
@@ -233,13 +236,7 @@ def resolve_classic(config: Any = None, overrides: Mapping[str, Any] | None = No
     """The validated `ClassicConfig` of a classic recipe (path, dict or ClassicConfig) with overrides."""
     from schedrl.classic import classic_config_from_dict
 
-    data = merge_overrides(_as_dict(config), overrides or {})
-    try:
-        return classic_config_from_dict(data, sets)
-    except ConfigError as err:
-        if isinstance(config, str | os.PathLike):
-            raise ConfigError(f"{config}: {err}") from None
-        raise
+    return _resolve(classic_config_from_dict, config, overrides, sets)
 
 
 def train_classic_run(
@@ -250,7 +247,7 @@ def train_classic_run(
     resume: str | os.PathLike[str] | None = None,
 ) -> Result:
     """A classic PPO run (`schedrl.classic`): new from `config`, or continued from `resume`."""
-    from schedrl.classic import classic_config_to_dict, train_classic
+    from schedrl.classic import train_classic
     from schedrl.classic.envs import make_envs
     from schedrl.training.run_dir import RunDir
 
@@ -267,9 +264,7 @@ def train_classic_run(
         name = cfg.name or f"{cfg.env.id.replace('/', '-')}-{datetime.now():%Y%m%d-%H%M%S}"
         cfg = dataclasses.replace(cfg, name=name)
         run = RunDir.create(cfg.out_dir, name)
-    tmp = run.config_path.with_suffix(".yaml.tmp")
-    tmp.write_text(yaml.safe_dump(classic_config_to_dict(cfg), sort_keys=False))
-    os.replace(tmp, run.config_path)
+    write_config(run, cfg)
     out = train_classic(cfg, run, resume=resume is not None, on_update=on_step)
     return Result(
         out["eval_before"], out["eval_after"], run.root, run.plot_path, cfg, time.perf_counter() - start

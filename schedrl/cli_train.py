@@ -105,11 +105,10 @@ def _recipe(args: argparse.Namespace) -> dict:
     return read_recipe(args.config) if args.config is not None else {}
 
 
-def cmd_train_classic(args: argparse.Namespace) -> int:
-    """A classic PPO recipe (an `env:` section): a bar over the updates, the evaluation before and after."""
-    from schedrl.api import resolve_classic, train_classic_run
-
-    cfg = resolve_classic(_recipe(args), sets=args.set)
+@contextmanager
+def classic_progress(total: int, summary, unit: str):
+    """Yields the `on_update` callback of a bar over a classic run's updates: `summary(metrics)` once
+    episodes have ended, and the environment steps (`unit`) per second."""
     columns = (
         TextColumn("[bold]ppo  "),
         BarColumn(),
@@ -117,12 +116,23 @@ def cmd_train_classic(args: argparse.Namespace) -> int:
         TextColumn("{task.fields[info]}"),
     )
     with Progress(*columns, TimeRemainingColumn(), console=console) as bar:
-        task = bar.add_task("ppo", total=cfg.updates, info="")
+        task = bar.add_task("ppo", total=total, info="")
 
         def on_update(update: int, m: dict) -> None:
-            ret = f"return {m['return_mean_100']:.1f} (last 100 episodes)  " if "return_mean_100" in m else ""
-            bar.update(task, completed=update, info=f"{ret}{m['env_steps_per_s']:.0f} steps/s")
+            head = f"{summary(m)}  " if "return_mean_100" in m else ""
+            bar.update(task, completed=update, info=f"{head}{m['env_steps_per_s']:.0f} {unit}/s")
 
+        yield on_update
+
+
+def cmd_train_classic(args: argparse.Namespace) -> int:
+    """A classic PPO recipe (an `env:` section): a bar over the updates, the evaluation before and after."""
+    from schedrl.api import resolve_classic, train_classic_run
+
+    cfg = resolve_classic(_recipe(args), sets=args.set)
+    with classic_progress(
+        cfg.updates, lambda m: f"return {m['return_mean_100']:.1f} (last 100 episodes)", "steps"
+    ) as on_update:
         config = None if args.resume else args.config
         result = train_classic_run(config, {}, args.set, on_update, resume=args.resume)
     console.print(
@@ -222,19 +232,9 @@ def cmd_demo_jssp(args: argparse.Namespace) -> int:
     steps = 4000 if args.fast else 150_000
     overrides = {"total_steps": steps, "out_dir": args.out_dir, "eval": {"episodes": 4 if args.fast else 16}}
     cfg = resolve_classic(JSSP_DEMO, overrides, args.set)
-    columns = (
-        TextColumn("[bold]ppo  "),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"),
-    )
-    with Progress(*columns, TimeRemainingColumn(), console=console) as bar:
-        task = bar.add_task("ppo", total=cfg.updates, info="")
-
-        def on_update(update: int, m: dict) -> None:
-            gap = f"-(makespan - LB)/LB {m['return_mean_100']:.3f}  " if "return_mean_100" in m else ""
-            bar.update(task, completed=update, info=f"{gap}{m['env_steps_per_s']:.0f} decisions/s")
-
+    with classic_progress(
+        cfg.updates, lambda m: f"-(makespan - LB)/LB {m['return_mean_100']:.3f}", "decisions"
+    ) as on_update:
         result = train_classic_run(JSSP_DEMO, overrides, args.set, on_update)
     from schedrl.classic.envs import make_envs
 

@@ -628,8 +628,9 @@ def load_config(
         raise ConfigError(f"{path}: {err}") from None
 
 
-def config_to_dict(cfg: RunConfig) -> dict[str, Any]:
-    """A plain nested dict (tuples as lists) that `config_from_dict` reads back to an equal config."""
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    """A plain nested dict (tuples as lists) of a config dataclass (a `RunConfig`, a `ClassicConfig`) that
+    its reader (`config_from_dict`, `classic_config_from_dict`) reads back to an equal config."""
 
     def plain(x: Any) -> Any:
         if isinstance(x, dict):

@@ -8,12 +8,11 @@ rl-zoo hyperparameter file translates line by line.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from schedrl.config import ConfigError, LoggingConfig, apply_sets, build_dataclass
+from schedrl.config import ConfigError, LoggingConfig, apply_sets, build_dataclass, config_to_dict
 
 
 @dataclass
@@ -168,11 +167,5 @@ def classic_config_from_dict(data: dict[str, Any] | None, overrides: Sequence[st
 
 
 def classic_config_to_dict(cfg: ClassicConfig) -> dict[str, Any]:
-    def plain(x: Any) -> Any:
-        if isinstance(x, dict):
-            return {k: plain(v) for k, v in x.items()}
-        if isinstance(x, list | tuple):
-            return [plain(v) for v in x]
-        return x
-
-    return plain(dataclasses.asdict(cfg))
+    """`config.config_to_dict`, named for symmetry with `classic_config_from_dict`."""
+    return config_to_dict(cfg)

@@ -199,8 +199,9 @@ class Collector:
             if cut.any():
                 if mode == AutoresetMode.SAME_STEP:
                     final = np.stack([infos["final_obs"][i] for i in np.flatnonzero(cut)])
-                    final_v = self.policy.value(torch.from_numpy(self.norm(final, update=False)))
-                    rew[t, cut] += self.gamma * final_v.detach().numpy()
+                    with torch.no_grad():
+                        final_v = self.policy.value(torch.from_numpy(self.norm(final, update=False)))
+                    rew[t, cut] += self.gamma * final_v.numpy()
                 else:
                     truncated_at.append((t, cut))
             if mode == AutoresetMode.NEXT_STEP:
