@@ -343,17 +343,16 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Evaluate a model directory on the config's task (held-out split)."""
-    from schedrl.engine import EngineConfig, HFEngine
     from schedrl.envs import make_task
     from schedrl.models import load_model_and_tokenizer
-    from schedrl.orchestrate.build import make_episodes
+    from schedrl.orchestrate.build import make_engine, make_episodes
     from schedrl.orchestrate.evaluate import evaluate
     from schedrl.seeding import derive_seed
 
     quiet_hf()
     cfg = load_config(args.config, args.set)
     model, tokenizer = load_model_and_tokenizer(args.model)
-    engine = HFEngine(model, tokenizer, EngineConfig(max_concurrency=cfg.engine.max_concurrency))
+    engine = make_engine(cfg, model, tokenizer)  # the config's engine section: backend, caps, admission
     source = make_task(cfg.task.name, **cfg.task.args)
     episodes = make_episodes(cfg, engine, tokenizer, source)  # multi-turn tasks: episodes with their tools
     e = cfg.eval

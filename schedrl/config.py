@@ -60,6 +60,10 @@ class SamplingConfig:
 
 @dataclass
 class EngineSection:
+    backend: str = "builtin"  # builtin (schedrl's continuous batching over HF) or vllm (the vllm extra)
+    vllm: dict[str, Any] = field(
+        default_factory=dict
+    )  # vLLM EngineArgs settings, e.g. {enforce_eager: false}
     max_concurrency: int = 256  # requests in the engine's running batch
     max_batched_tokens: int = 8192  # tokens per engine forward
     admission: str = "fcfs"  # admission policy: fcfs, priority, static, lpt, spt, fcfs_guarded, past_future
@@ -362,6 +366,7 @@ def _validate(cfg: RunConfig) -> None:
             raise ConfigError(f"config field '{dotted}' must be >= 0, got {obj!r}")
     _validate_pipeline(cfg.pipeline, cfg.algo)
     _validate_admission(cfg.engine)
+    _validate_backend(cfg)
     _validate_data(cfg)
     _validate_rollout(cfg)
     known = ("jsonl", "tensorboard", "wandb", "mlflow")
@@ -393,6 +398,33 @@ def _validate_admission(e: EngineSection) -> None:
         make_admission(e.admission, **e.admission_args)
     except (ValueError, TypeError) as err:
         raise ConfigError(f"config field 'engine.admission_args' ({e.admission_args!r}): {err}") from None
+
+
+def _validate_backend(cfg: RunConfig) -> None:
+    """`engine.backend` and `engine.vllm`: vLLM's settings are checked against vLLM where it is installed."""
+    e = cfg.engine
+    if e.backend not in ("builtin", "vllm"):
+        raise ConfigError(f"config field 'engine.backend' must be builtin or vllm, got {e.backend!r}")
+    if e.backend != "vllm":
+        if e.vllm:
+            raise ConfigError(
+                f"config field 'engine.vllm' ({', '.join(sorted(e.vllm))}) is set but engine.backend is "
+                f"{e.backend!r}; set engine.backend: vllm"
+            )
+        return
+    from schedrl.engine.vllm_engine import check_vllm_args
+
+    if e.park_slots > 0 or cfg.task.tool_wait == "pin":
+        raise ConfigError(
+            "engine.backend: vllm does not park trajectories (engine.park_slots, task.tool_wait: pin); its "
+            "prefix cache keeps a finished turn's blocks by itself: use task.tool_wait: release or priority"
+        )
+    try:
+        check_vllm_args(e.vllm)
+    except ImportError:
+        pass  # without vllm the settings are checked when the engine starts (and the error names the extra)
+    except ValueError as err:
+        raise ConfigError(f"config field {err}") from None
 
 
 def _validate_data(cfg: RunConfig) -> None:

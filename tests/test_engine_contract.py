@@ -2,7 +2,7 @@
 
 `ScriptedEngine` is a pure-Python engine (no model: token t of a request is a function of its id
 and position, log-prob -0.5) with a concurrency cap. The same checks run on it and on `HFEngine`:
-what a scheduler may rely on from any engine -- a vLLM adapter included.
+what a scheduler may rely on from any engine; `VLLMEngine` runs them too where vLLM is installed.
 """
 
 from __future__ import annotations
@@ -122,11 +122,21 @@ class ScriptedEngine:
         return len(self._running)
 
 
-@pytest.fixture(params=["hf", "scripted"])
-def engine(request, model, tokenizer) -> Engine:
+@pytest.fixture(params=["hf", "scripted", "vllm"])
+def engine(request, model, tokenizer):
     if request.param == "hf":
-        return HFEngine(model, tokenizer, EngineConfig(max_concurrency=2))
-    return ScriptedEngine(max_concurrency=2)
+        yield HFEngine(model, tokenizer, EngineConfig(max_concurrency=2))
+    elif request.param == "scripted":
+        yield ScriptedEngine(max_concurrency=2)
+    else:  # skipped without the vllm extra (.ci/run runs it in .venv-vllm)
+        pytest.importorskip("vllm")
+        from schedrl.engine.vllm_engine import VLLMEngine
+
+        vllm = VLLMEngine(
+            model, tokenizer, EngineConfig(max_concurrency=2), vllm_args={"kv_cache_memory_bytes": 64 << 20}
+        )
+        yield vllm
+        vllm.close()
 
 
 def _requests(n: int, budget: int = 6) -> list[Request]:

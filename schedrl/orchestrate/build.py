@@ -54,13 +54,21 @@ def make_tool_wait_policy(cfg: RunConfig) -> ToolWaitPolicy:
     return make_tool_wait(cfg.task.tool_wait, **cfg.task.tool_wait_args)
 
 
-def make_engine(cfg: RunConfig, model: PreTrainedModel, tokenizer: Any, version: int = 0) -> HFEngine:
+def make_engine(cfg: RunConfig, model: PreTrainedModel, tokenizer: Any, version: int = 0) -> Engine:
     """The run's engine: its `engine` section, with the admission policy it names (`fcfs` becomes
-    `priority` when the tool-wait policy orders returning trajectories: it only acts through priorities)."""
+    `priority` when the tool-wait policy orders returning trajectories: it only acts through priorities).
+
+    `engine.backend: vllm` starts a `VLLMEngine` on `model`'s weights (saved for vLLM to load)."""
     name = cfg.engine.admission
     if name == "fcfs" and cfg.task.env != "single_turn" and getattr(make_tool_wait_policy(cfg), "by", None):
         name = "priority"
     admission = make_admission(name, **cfg.engine.admission_args)
+    if cfg.engine.backend == "vllm":
+        from schedrl.engine.vllm_engine import VLLMEngine
+
+        return VLLMEngine(
+            model, tokenizer, engine_config(cfg), admission, version=version, vllm_args=cfg.engine.vllm
+        )
     return HFEngine(model, tokenizer, engine_config(cfg), admission=admission, version=version)
 
 

