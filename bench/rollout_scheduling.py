@@ -341,8 +341,12 @@ def summarise(args, rec: dict[str, list[dict]], x: dict) -> dict:
     base = {(r["step"], r["round"]): r for r in rec["fcfs"]}
 
     def ratio(name, key):
-        """Median over (step, round) of FCFS's makespan over the system's, in the same round: time or steps."""
-        return round(statistics.median(base[(r["step"], r["round"])][key] / r[key] for r in rec[name]), 3)
+        """Median over (step, round) of FCFS's makespan over the system's, in the same round: time or steps.
+
+        A step the system finished without an engine step (spec reuse accepting every draft) has no ratio;
+        None when no step has one."""
+        ratios = [base[(r["step"], r["round"])][key] / r[key] for r in rec[name] if r[key] > 0]
+        return round(statistics.median(ratios), 3) if ratios else None
 
     table = {}
     for name, rows in rec.items():

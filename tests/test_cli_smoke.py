@@ -133,6 +133,8 @@ def test_every_recipe_runs_as_shipped(tmp_path, recipe):
         rows = read_metrics(Path(summary["run_dir"]) / "metrics.jsonl")
         assert [r["step"] for r in rows if "env_steps" in r] == [1, 2]
         return
+    if data.get("engine", {}).get("backend") == "vllm" and importlib.util.find_spec("vllm") is None:
+        pytest.skip("needs the vllm extra; tests/test_vllm_engine.py runs its recipe in .venv-vllm")
     short = ["steps=2", "save_every=0", f"out_dir={tmp_path}", "name=run"]
     summary = _finish(_train(ROOT, str(recipe), *TINY, *_overrides(short)))
     assert [r["step"] for r in _step_rows(summary["run_dir"])] == [1, 2]

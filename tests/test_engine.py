@@ -16,7 +16,7 @@ def make_requests(tokenizer, params, prompts=PROMPTS, tag="r"):
 
 def hf_greedy(model, tokenizer, prompts, max_new_tokens):
     """Reference: HF generate, one left-padded static batch, cut after the first eos."""
-    enc = tokenizer(prompts, return_tensors="pt", padding=True)
+    enc = tokenizer(prompts, return_tensors="pt", padding=True).to(model.device)
     out = model.generate(
         **enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
     )
@@ -47,9 +47,9 @@ def test_greedy_matches_transformers_generate(model, tokenizer, mode, config, ad
 
 
 def forward_logprobs(model, prompt_ids, token_ids, temperature=1.0):
-    ids = torch.tensor([list(prompt_ids) + list(token_ids)])
+    ids = torch.tensor([list(prompt_ids) + list(token_ids)], device=model.device)
     with torch.no_grad():
-        logits = model(ids).logits[0, len(prompt_ids) - 1 : -1] / temperature
+        logits = model(ids).logits[0, len(prompt_ids) - 1 : -1].float().cpu() / temperature
     return logits.log_softmax(-1).gather(-1, torch.tensor(token_ids)[:, None]).squeeze(-1)
 
 

@@ -7,9 +7,15 @@ them in `.venv-vllm`.
 
 Log-prob tolerance: 1e-5 for the built-in engine (its kernels are the reference model's), 5e-5
 for vLLM (its own CPU attention and matmul kernels, float32).
+
+`SCHEDRL_TEST_DEVICE=cuda` runs every check with the models (the references' too) on the GPU
+(`bench/gpu_check.sh`); the tolerances are then 1e-4, for TF32-free float32 GPU kernels.
 """
 
 from __future__ import annotations
+
+import copy
+import os
 
 import pytest
 import torch
@@ -20,8 +26,28 @@ from schedrl.rollout.registry import make_admission
 from schedrl.types import Request, SamplingParams
 
 BACKENDS = ["builtin", "vllm"]
-TOLERANCE = {"builtin": 1e-5, "vllm": 5e-5}
+DEVICE = torch.device(os.environ.get("SCHEDRL_TEST_DEVICE", "cpu"))
+TOLERANCE = {"builtin": 1e-5, "vllm": 5e-5} if DEVICE.type == "cpu" else {"builtin": 1e-4, "vllm": 1e-4}
 SMALL_KV = {"kv_cache_memory_bytes": 64 << 20}  # a few thousand tokens: plenty for these checks
+
+
+def _on_device(m):
+    return m if DEVICE.type == "cpu" else copy.deepcopy(m).to(DEVICE)
+
+
+@pytest.fixture
+def model(model):
+    return _on_device(model)
+
+
+@pytest.fixture
+def other_model(other_model):
+    return _on_device(other_model)
+
+
+@pytest.fixture
+def default_model(default_model):
+    return _on_device(default_model)
 
 
 @pytest.fixture
@@ -179,7 +205,7 @@ def forward_greedy(model, tokenizer, prompts, n) -> list[tuple[int, ...]]:
         start = len(ids)
         with torch.no_grad():
             for _ in range(n):
-                ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+                ids.append(int(model(torch.tensor([ids], device=model.device)).logits[0, -1].argmax()))
         refs.append(tuple(ids[start:]))
     return refs
 

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -149,3 +153,26 @@ def test_ray_pipeline_on_vllm(tmp_path, monkeypatch):
     rows = [r for r in read_metrics(run.metrics_path) if "reward_mean" in r]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert not ray.is_initialized()
+
+
+@needs_vllm
+def test_the_vllm_recipe_runs_through_the_command_line(tmp_path):
+    recipe = Path(__file__).resolve().parents[1] / "examples" / "vllm_engine.yaml"
+    sets = ["steps=3", "save_every=0", "sft.steps=2", "eval.tasks=4", "eval.k=2", "min_start_reward=0"]
+    sets += [f"out_dir={tmp_path}", "name=run"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "schedrl.cli",
+        "train",
+        str(recipe),
+        *(x for s in sets for x in ("--set", s)),
+    ]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 3
+    rows = [r for r in read_metrics(Path(summary["run_dir"]) / "metrics.jsonl") if "reward_mean" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3]

@@ -41,6 +41,7 @@ import os
 import random
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -129,6 +130,11 @@ class VLLMEngine:
         vllm_args = dict(vllm_args or {})
         check_vllm_args(vllm_args)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process
+        if not torch.cuda.is_available() and hasattr(os, "sched_getaffinity"):
+            # vLLM's CPU kernels run on the threads it binds: bind as many as torch has, on this process's
+            # cores (a pinned Ray actor's included) rather than vLLM's NUMA-wide choice
+            cores = sorted(os.sched_getaffinity(0))[: torch.get_num_threads()]
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cores)))
         from vllm import EngineArgs  # pyright: ignore[reportMissingImports]  # the vllm extra
         from vllm.v1.engine.llm_engine import LLMEngine  # pyright: ignore[reportMissingImports]
 
@@ -171,6 +177,11 @@ class VLLMEngine:
             self.llm: Any = LLMEngine.from_engine_args(args)
         except Exception as err:
             raise RuntimeError(f"vLLM could not load the model at {path}: {err}") from err
+        # OpenMP's thread count is per thread, and vLLM's CPU attention checks that the thread which
+        # plans a step uses as many as the one that runs it: a caller on another thread (a Ray actor's
+        # method pool, a pipeline thread) gets the count vLLM bound here
+        self._omp_threads = torch.get_num_threads()
+        self._omp_set = {threading.get_ident()}
         self.admission = admission if admission is not None else FCFS()
         self.on_token, self.on_finish = on_token, on_finish
         bind = getattr(self.admission, "bind", None)
@@ -314,6 +325,9 @@ class VLLMEngine:
         self._waiting = [r for i, r in enumerate(self._waiting) if i not in taken]
 
     def step(self) -> list[Sample]:
+        if threading.get_ident() not in self._omp_set:
+            torch._C.set_num_threads(self._omp_threads)  # vLLM made torch.set_num_threads a no-op
+            self._omp_set.add(threading.get_ident())
         self._admit()
         if not self._live:
             return []
