@@ -176,3 +176,40 @@ def test_the_vllm_recipe_runs_through_the_command_line(tmp_path):
     assert summary["steps"] == 3
     rows = [r for r in read_metrics(Path(summary["run_dir"]) / "metrics.jsonl") if "reward_mean" in r]
     assert [r["step"] for r in rows] == [1, 2, 3]
+
+
+@needs_vllm
+def test_multi_turn_episodes_on_vllm_equal_the_builtin_engines(model, tokenizer):
+    """A tool answer between turns, greedy turns: the same trajectories, token for token, on both engines
+    (the built-in engine's equal `transformers.generate`, test_engine.py)."""
+    from test_episodes import OneCall
+
+    from schedrl.engine import HFEngine
+    from schedrl.engine.vllm_engine import VLLMEngine
+    from schedrl.envs import make_task
+    from schedrl.rollout.episodes import EpisodeRunner
+    from schedrl.types import Request, SamplingParams
+
+    tasks = make_task("addition").sample("train", 4, seed=0)
+    reqs = [
+        Request(
+            f"e{i}", tuple(tokenizer(t.prompt).input_ids), SamplingParams(40, temperature=0), task_id=t.id
+        )
+        for i, t in enumerate(tasks)
+    ]
+    out = {}
+    for name, engine in (
+        ("builtin", HFEngine(model, tokenizer, EngineConfig(max_concurrency=4))),
+        ("vllm", VLLMEngine(model, tokenizer, EngineConfig(max_concurrency=4), vllm_args=SMALL_KV)),
+    ):
+        runner = EpisodeRunner(engine, tokenizer, lambda: OneCall(), max_turns=3)
+        try:
+            out[name] = runner.run(reqs, {t.id: t for t in tasks})
+            assert runner.last_turns == [2, 2, 2, 2]
+        finally:
+            runner.close()
+            if isinstance(engine, VLLMEngine):
+                engine.close()
+    for a, b in zip(out["builtin"], out["vllm"], strict=True):
+        assert a.token_ids == b.token_ids and a.trained == b.trained and a.reward == b.reward
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=5e-5, rtol=0)

@@ -17,6 +17,10 @@ from schedrl.envs.environment import Environment, SingleTurnEnv, build_environme
 from schedrl.envs.guess import GuessEnv, GuessTask
 from schedrl.envs.longtail import LongtailMix
 from schedrl.envs.math_words import MathWordTask
+from schedrl.envs.scheduling.activity import ActivityTask
+from schedrl.envs.scheduling.jssp_text import JobShopTextTask
+from schedrl.envs.scheduling.lis import LISTask
+from schedrl.envs.scheduling.rcpsp import RCPSPTask
 from schedrl.envs.tiered import TieredMix
 from schedrl.envs.tool_env import tool_env
 from schedrl.envs.user import FileTask
@@ -35,6 +39,10 @@ for _name, _factory in (
     ("guess", GuessTask),
     ("linear_code", LinearCodeTask),
     ("math_words", MathWordTask),
+    ("activity", ActivityTask),
+    ("lis", LISTask),
+    ("jssp_text", JobShopTextTask),
+    ("rcpsp", RCPSPTask),
 ):
     TASKS.add(_name, _factory)
 
