@@ -1,7 +1,8 @@
 """Data schedulers vs uniform sampling: generated tokens and wall-clock to a target eval accuracy.
 
 Suite: the ``tiered`` task mix (trivial, learnable and out-of-reach domains; see
-``schedrl/envs/tiered.py``). For each seed, one shared start: the tiny model after a short SFT
+``schedrl/envs/tiered.py``), or with ``--task sched_tiered`` the scheduling text tasks' mix
+(``schedrl/envs/scheduling/mix.py``). For each seed, one shared start: the tiny model after a short SFT
 warm-up on the mix. From it, every scheduler runs the same synchronous GRPO loop (same budget of
 ``prompts x G`` samples per step, same steps, same learning rate) and is evaluated on the same
 held-out tasks every ``--eval-every`` steps (pass@1 at temperature 1).
@@ -42,8 +43,8 @@ def quiet_hf() -> None:
     hf_logging.disable_progress_bar()
 
 
-def sft_start(seed: int, sft_steps: int, out: Path) -> Path:
-    """The shared start of one seed: the tiny model after SFT on the tiered mix."""
+def sft_start(seed: int, sft_steps: int, out: Path, task: str = "tiered") -> Path:
+    """The shared start of one seed: the tiny model after SFT on the task mix."""
     import torch
 
     from schedrl.config import SFTConfig
@@ -58,13 +59,15 @@ def sft_start(seed: int, sft_steps: int, out: Path) -> Path:
 
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, TinyModelConfig(seed=seed))
-    sft_warmup(model, tokenizer, make_task("tiered"), SFTConfig(steps=sft_steps), seed)
+    sft_warmup(model, tokenizer, make_task(task), SFTConfig(steps=sft_steps), seed)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
 
 
-def run_one(scheduler: str, seed: int, start: str, steps: int, eval_every: int, work: str) -> dict:
+def run_one(
+    scheduler: str, seed: int, start: str, steps: int, eval_every: int, work: str, task: str = "tiered"
+) -> dict:
     """One training run; returns its evaluation curve against cumulative tokens and training seconds."""
     import torch
 
@@ -83,7 +86,7 @@ def run_one(scheduler: str, seed: int, start: str, steps: int, eval_every: int, 
             "name": f"{scheduler}-{seed}",
             "min_start_reward": 0.0,
             "model": {"path": start},
-            "task": {"name": "tiered"},
+            "task": {"name": task},
             "sampling": {"prompts_per_step": PROMPTS, "group_size": G, "max_new_tokens": MAX_NEW},
             "algo": {"clip_eps_high": 0.28},
             "optim": {"lr": LR},
@@ -172,6 +175,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--schedulers", nargs="+", default=list(SCHEDULERS), choices=list(SCHEDULERS))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument(
+        "--task", default="tiered", choices=["tiered", "sched_tiered"], help="the mix: digits or scheduling"
+    )
     ap.add_argument("--steps", type=int, default=STEPS)
     ap.add_argument("--sft-steps", type=int, default=SFT_STEPS)
     ap.add_argument("--eval-every", type=int, default=20)
@@ -187,11 +193,13 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(args.workers) as pool:
         paths = [Path(tmp) / f"start-{s}" for s in args.seeds]
-        built = pool.map(sft_start, args.seeds, [args.sft_steps] * len(paths), paths)
+        built = pool.map(
+            sft_start, args.seeds, [args.sft_steps] * len(paths), paths, [args.task] * len(paths)
+        )
         starts = dict(zip(args.seeds, built, strict=True))
         jobs = [(s, seed) for seed in args.seeds for s in schedulers]
         futures = [
-            pool.submit(run_one, s, seed, str(starts[seed]), args.steps, args.eval_every, tmp)
+            pool.submit(run_one, s, seed, str(starts[seed]), args.steps, args.eval_every, tmp, args.task)
             for s, seed in jobs
         ]
         runs = []

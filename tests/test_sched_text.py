@@ -241,3 +241,17 @@ def test_rcpsp_impossible_arguments_are_named():
         make_task("rcpsp", levels=2, width=3, disjunctive=16)
     with pytest.raises(ValueError, match="reward must be feasible or partial, got 'gap'"):
         make_task("rcpsp", reward="gap")
+
+
+def test_the_scheduling_mix_tags_tiers_and_scores_with_each_domains_verifier():
+    mix = make_task("sched_tiered")
+    tasks = mix.sample("train", 200, seed=7)
+    tiers = {t.domain: t.difficulty for t in tasks}
+    assert tiers == {"activity_pair": 0.0, "activity": 1.0, "lis": 1.0, "lis_long": 2.0, "rcpsp": 2.0}
+    assert all(mix.reward(t, mix.solution(t)) == 1.0 for t in tasks)
+    lis = next(t for t in tasks if t.domain == "lis")
+    assert 0 < mix.reward(lis, lis.answer[:-1]) < 1  # the lis verifier's partial credit
+    only = make_task("sched_tiered", weights={"lis": 1.0})
+    assert {t.domain for t in only.sample("eval", 20, seed=0)} == {"lis"}
+    with pytest.raises(ValueError, match="task 'sched_tiered': unknown domain 'jobshop' in weights"):
+        make_task("sched_tiered", weights={"jobshop": 1.0})

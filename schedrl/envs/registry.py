@@ -20,6 +20,7 @@ from schedrl.envs.math_words import MathWordTask
 from schedrl.envs.scheduling.activity import ActivityTask
 from schedrl.envs.scheduling.jssp_text import JobShopTextTask
 from schedrl.envs.scheduling.lis import LISTask
+from schedrl.envs.scheduling.mix import ScheduleMix
 from schedrl.envs.scheduling.rcpsp import RCPSPTask
 from schedrl.envs.tiered import TieredMix
 from schedrl.envs.tool_env import tool_env
@@ -43,6 +44,7 @@ for _name, _factory in (
     ("lis", LISTask),
     ("jssp_text", JobShopTextTask),
     ("rcpsp", RCPSPTask),
+    ("sched_tiered", ScheduleMix),
 ):
     TASKS.add(_name, _factory)
 

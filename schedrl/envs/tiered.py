@@ -56,19 +56,22 @@ class TieredMix:
     """
 
     name = "tiered"
+    domains: dict[str, tuple[int, GeneratedTasks]] = _DOMAINS  # name -> (tier, source)
+    default_weights: dict[str, float] = DEFAULT_WEIGHTS
 
     def __init__(self, weights: dict[str, float] | None = None) -> None:
-        weights = dict(DEFAULT_WEIGHTS if weights is None else weights)
+        weights = dict(self.default_weights if weights is None else weights)
         for domain, w in weights.items():
-            if domain not in _DOMAINS:
+            if domain not in self.domains:
                 raise ValueError(
-                    f"task 'tiered': unknown domain {domain!r} in weights; valid domains: {', '.join(_DOMAINS)}"
+                    f"task '{self.name}': unknown domain {domain!r} in weights; valid domains: "
+                    f"{', '.join(self.domains)}"
                 )
             if isinstance(w, bool) or not isinstance(w, int | float) or not w >= 0:
-                raise ValueError(f"task 'tiered': weights[{domain!r}] must be a number >= 0, got {w!r}")
+                raise ValueError(f"task '{self.name}': weights[{domain!r}] must be a number >= 0, got {w!r}")
         if sum(weights.values()) <= 0:
-            raise ValueError(f"task 'tiered': weights must have a positive sum, got {weights!r}")
-        self._domains = [d for d in _DOMAINS if weights.get(d, 0) > 0]
+            raise ValueError(f"task '{self.name}': weights must have a positive sum, got {weights!r}")
+        self._domains = [d for d in self.domains if weights.get(d, 0) > 0]
         self._weights = [float(weights[d]) for d in self._domains]
 
     def sample(self, split: str, n: int, seed: int) -> list[Task]:
@@ -77,16 +80,16 @@ class TieredMix:
         tasks = []
         for _ in range(check_count(n)):
             domain = rng.choices(self._domains, weights=self._weights)[0]
-            tier, source = _DOMAINS[domain]
+            tier, source = self.domains[domain]
             tasks.append(dataclasses.replace(source.draw(rng, split), domain=domain, difficulty=float(tier)))
         return tasks
 
     def _source(self, task: Task) -> GeneratedTasks:
-        if task.domain not in _DOMAINS:
+        if task.domain not in self.domains:
             raise ValueError(
-                f"task 'tiered': unknown domain {task.domain!r}; valid domains: {', '.join(_DOMAINS)}"
+                f"task '{self.name}': unknown domain {task.domain!r}; valid domains: {', '.join(self.domains)}"
             )
-        return _DOMAINS[task.domain][1]
+        return self.domains[task.domain][1]
 
     def reward(self, task: Task, completion: str) -> float:
         return self._source(task).reward(task, completion)
