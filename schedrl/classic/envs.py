@@ -25,6 +25,8 @@ EVAL_SEED_BASE = 10**8
 # schedrl's own environments, made on first use (job-shop-lib is imported only then)
 if "schedrl/JobShop-v0" not in gym.registry:
     gym.register("schedrl/JobShop-v0", entry_point="schedrl.envs.scheduling.jobshop_env:make_jobshop")
+if "schedrl/DAGSched-v0" not in gym.registry:
+    gym.register("schedrl/DAGSched-v0", entry_point="schedrl.envs.scheduling.dag_env:make_dag_env")
 
 
 def make_envs(e: EnvSection, num_envs: int | None = None) -> gym.vector.VectorEnv:

@@ -37,7 +37,7 @@ class AllowedJobs(gym.spaces.Discrete):
     random agent, and gymnasium's `check_env`, act legally; `contains` is the whole range, and a job
     outside the mask still raises in `step`."""
 
-    def __init__(self, n: int, env: JobShopEnv) -> None:
+    def __init__(self, n: int, env) -> None:  # any env with `inst` and `_mask()` (the DAG one too)
         super().__init__(n)
         self.env = env
 
