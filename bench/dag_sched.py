@@ -43,7 +43,18 @@ def policy_from_run(run_dir: Path) -> tuple[torch.nn.Module, dict]:
     arch = {"features": FEATURES, "dim": p["dim"], "layers": p["layers"], "heads": p["heads"]}
     policy = EntityAttentionPolicy(arch["features"], arch["dim"], arch["layers"], arch["heads"])
     policy.load_state_dict(torch.load(ckpt / "model" / "policy.pt", weights_only=False)["state_dict"])
-    info = {"run": str(run_dir), "checkpoint": ckpt.name, "architecture": arch, "env": cfg["env"]}
+    from schedrl.training.run_dir import read_metrics
+
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    info = {
+        "recipe": "examples/dag_ppo.yaml",
+        "checkpoint": ckpt.name,
+        "env_steps": int(max(r.get("env_steps", 0) for r in rows)),
+        "seconds": round(max(r.get("elapsed_s", 0.0) for r in rows), 1),
+        "seed": cfg["seed"],
+        "architecture": arch,
+        "env_kwargs": cfg["env"]["kwargs"],
+    }
     return policy.eval(), info
 
 

@@ -151,3 +151,20 @@ def test_the_environment_passes_gymnasiums_checker_and_refuses_an_unoffered_pair
     env.reset(seed=0)
     with pytest.raises(ValueError, match="not an offered"):
         env.step(env.rows - 1)
+
+
+def test_the_committed_policy_schedules_held_out_graphs_no_longer_than_heft():
+    """bench/policies/dag_attention.pt (examples/dag_ppo.yaml, 200k steps): greedy, on held-out 20-task graphs."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from dag_sched import HELD_OUT_SEED, POLICY, policy_from_file, run_policy
+
+    policy, trained = policy_from_file(POLICY)
+    assert trained["env_steps"] >= 200_000
+    ratios = []
+    for g in range(12):
+        inst = random_dag(np.random.default_rng(HELD_OUT_SEED + 20_000 + g), 20, 3)
+        ratios.append(run_policy(policy, inst, 1, g, 16) / heft(inst).makespan)  # run_policy checks each schedule
+    assert np.mean(ratios) < 1.0, ratios
