@@ -166,5 +166,7 @@ def test_the_committed_policy_schedules_held_out_graphs_no_longer_than_heft():
     ratios = []
     for g in range(12):
         inst = random_dag(np.random.default_rng(HELD_OUT_SEED + 20_000 + g), 20, 3)
-        ratios.append(run_policy(policy, inst, 1, g, 16) / heft(inst).makespan)  # run_policy checks each schedule
+        ratios.append(
+            run_policy(policy, inst, 1, g, 16) / heft(inst).makespan
+        )  # run_policy checks each schedule
     assert np.mean(ratios) < 1.0, ratios

@@ -27,6 +27,10 @@ if "schedrl/JobShop-v0" not in gym.registry:
     gym.register("schedrl/JobShop-v0", entry_point="schedrl.envs.scheduling.jobshop_env:make_jobshop")
 if "schedrl/DAGSched-v0" not in gym.registry:
     gym.register("schedrl/DAGSched-v0", entry_point="schedrl.envs.scheduling.dag_env:make_dag_env")
+if "schedrl/Admission-v0" not in gym.registry:
+    gym.register(
+        "schedrl/Admission-v0", entry_point="schedrl.envs.scheduling.admission_env:make_admission_env"
+    )
 
 
 def make_envs(e: EnvSection, num_envs: int | None = None) -> gym.vector.VectorEnv:
