@@ -202,7 +202,9 @@ def test_tiny_problem_space_fails_clearly() -> None:
 
 
 def test_make_task_errors() -> None:
-    with pytest.raises(ValueError, match=r"unknown task 'foo'; valid tasks: addition, calc, countdown, file"):
+    with pytest.raises(
+        ValueError, match=r"unknown task 'foo'; valid tasks: activity, addition, calc, countdown, file"
+    ):
         make_task("foo")
     with pytest.raises(ValueError, match=r"'addition'.*min_digits \(3\) must be <= max_digits \(2\)"):
         make_task("addition", min_digits=3, max_digits=2)
@@ -228,6 +230,11 @@ def test_make_task_errors() -> None:
         "guess",
         "linear_code",
         "math_words",
+        "activity",
+        "lis",
+        "jssp_text",
+        "rcpsp",
+        "sched_tiered",
     }
 
 
