@@ -85,6 +85,7 @@ class EngineWorker(Inspectable):
         model, self.tokenizer = load_policy(self.cfg, self.cfg.model.path, torch.device("cpu"))
         model.load_state_dict(weights)
         self.engine = make_engine(self.cfg, model, self.tokenizer, version=version)
+        self._base = self.engine  # the engine itself, below any episode wrapper (what `close` shuts down)
         if self.cfg.task.env != "single_turn":  # multi-turn: the worker runs episodes on its engine
             from schedrl.envs import make_task
             from schedrl.orchestrate.build import make_episodes
@@ -129,6 +130,12 @@ class EngineWorker(Inspectable):
 
     def spans(self) -> list[Span]:
         return self.timeline.drain()
+
+    def close(self) -> None:
+        """Shut the engine down where it has resources of its own (vLLM's); a no-op for the built-in one."""
+        close = getattr(self._base, "close", None)
+        if close is not None:
+            close()
 
 
 class LearnerWorker(Inspectable):

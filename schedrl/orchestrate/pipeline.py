@@ -343,5 +343,13 @@ def run_pipeline(c: Components, on_step: StepCallback | None = None) -> None:
                     pipe.write_timeline()
                 except Exception as err:  # a dead worker must not hide the original error
                     log.warning("could not collect the timeline: %s", err)
+                # Engines with resources of their own (vLLM) shut down now, in order: left to the garbage
+                # collector, a vLLM engine's teardown would run at any time and take the process-wide
+                # state of a newer one in the same process with it.
+                for engine in pipe.engines:
+                    try:
+                        pipe.backend.get(pipe.backend.call(engine, "close"))
+                    except Exception as err:
+                        log.warning("could not close an engine: %s", err)
     finally:
         backend.shutdown(wait=not stuck)

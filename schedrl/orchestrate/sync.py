@@ -170,6 +170,9 @@ def train(
         c.logger.close()
         if c.rollout is not None:
             c.rollout.close()
+        close = getattr(c.engine, "close", None)  # vLLM's: shut down now, not whenever it is collected
+        if close is not None:
+            close()
     plot_reward_curve(
         read_metrics(run.metrics_path), run.plot_path, title=f"{cfg.task.name}: reward per step"
     )
