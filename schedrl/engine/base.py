@@ -111,6 +111,20 @@ class ParkingEngine(Engine, Protocol):
     def num_cached_tokens(self) -> int: ...
 
 
+def check_fits(request: Request, max_model_len: int, max_batched_tokens: int) -> None:
+    """Refuse a request whose prompt (and resumed prefix) cannot be prefilled, naming the limit it passes."""
+    n = request.num_prefill_tokens
+    if n >= max_model_len:
+        raise ValueError(
+            f"request {request.id!r}: prompt of {n} tokens does not fit the model context of "
+            f"{max_model_len} tokens (max_model_len)"
+        )
+    if n > max_batched_tokens:
+        raise ValueError(
+            f"request {request.id!r}: prompt of {n} tokens exceeds max_batched_tokens={max_batched_tokens}"
+        )
+
+
 class _Steps(Protocol):
     def add(self, request: Request) -> None: ...
 

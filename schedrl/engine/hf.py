@@ -38,7 +38,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from schedrl.engine.admission import FCFS, AdmissionPolicy
 from schedrl.engine.attention import ATTN_NAME, LAYOUT_KWARG, StepLayout
-from schedrl.engine.base import FinishCallback, StepStats, TokenCallback, run_to_completion
+from schedrl.engine.base import FinishCallback, StepStats, TokenCallback, check_fits, run_to_completion
 from schedrl.engine.sampling import sample_tokens
 from schedrl.types import FinishReason, Request, Sample, Timings
 
@@ -181,17 +181,7 @@ class HFEngine:
                     f"start with that request's {len(held)} tokens"
                 )
             parked.expires = float("inf")  # it came back in time: only pressure evicts it now, last
-        n = request.num_prefill_tokens
-        if n >= self.max_model_len:
-            raise ValueError(
-                f"request {request.id!r}: prompt of {n} tokens does not fit the model context of "
-                f"{self.max_model_len} tokens (max_model_len)"
-            )
-        if n > self.config.max_batched_tokens:
-            raise ValueError(
-                f"request {request.id!r}: prompt of {n} tokens exceeds max_batched_tokens="
-                f"{self.config.max_batched_tokens}"
-            )
+        check_fits(request, self.max_model_len, self.config.max_batched_tokens)
         self._waiting.append(request)
         self._arrival[request.id] = self.clock()
 

@@ -51,7 +51,7 @@ from typing import Any
 import torch
 
 from schedrl.engine.admission import FCFS, AdmissionPolicy
-from schedrl.engine.base import FinishCallback, TokenCallback, run_to_completion
+from schedrl.engine.base import FinishCallback, TokenCallback, check_fits, run_to_completion
 from schedrl.engine.hf import EngineConfig
 from schedrl.types import FinishReason, Request, Sample, Timings
 
@@ -206,17 +206,7 @@ class VLLMEngine:
                 f"request {request.id!r} asks to park its keys and values (keep_kv_s/continues), which "
                 "the vLLM engine does not do; use the release or priority tool-wait policy"
             )
-        n = request.num_prefill_tokens
-        if n >= self.max_model_len:
-            raise ValueError(
-                f"request {request.id!r}: prompt of {n} tokens does not fit the model context of "
-                f"{self.max_model_len} tokens (max_model_len)"
-            )
-        if n > self.config.max_batched_tokens:
-            raise ValueError(
-                f"request {request.id!r}: prompt of {n} tokens exceeds max_batched_tokens="
-                f"{self.config.max_batched_tokens}"
-            )
+        check_fits(request, self.max_model_len, self.config.max_batched_tokens)
         self._waiting.append(request)
         self._arrival[request.id] = self.clock()
 
