@@ -23,49 +23,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from schedrl.classic.attention import load_entity_policy, save_entity_policy
 from schedrl.envs.scheduling.dag import check_schedule, heft, random_dag, random_list
-from schedrl.envs.scheduling.dag_env import FEATURES, DAGSchedEnv, FixedDAG
+from schedrl.envs.scheduling.dag_env import DAGSchedEnv, FixedDAG
 
 POLICY = Path(__file__).parent / "policies" / "dag_attention.pt"
 HELD_OUT_SEED = 7_000_000
-
-
-def policy_from_run(run_dir: Path) -> tuple[torch.nn.Module, dict]:
-    import yaml
-
-    from schedrl.classic.attention import EntityAttentionPolicy
-    from schedrl.training.checkpoint import latest_checkpoint
-
-    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    ckpt = latest_checkpoint(run_dir / "checkpoints")
-    assert ckpt is not None, f"no checkpoint in {run_dir}"
-    p = cfg["policy"]
-    arch = {"features": FEATURES, "dim": p["dim"], "layers": p["layers"], "heads": p["heads"]}
-    policy = EntityAttentionPolicy(arch["features"], arch["dim"], arch["layers"], arch["heads"])
-    policy.load_state_dict(torch.load(ckpt / "model" / "policy.pt", weights_only=False)["state_dict"])
-    from schedrl.training.run_dir import read_metrics
-
-    rows = read_metrics(run_dir / "metrics.jsonl")
-    info = {
-        "recipe": "examples/dag_ppo.yaml",
-        "checkpoint": ckpt.name,
-        "env_steps": int(max(r.get("env_steps", 0) for r in rows)),
-        "seconds": round(max(r.get("elapsed_s", 0.0) for r in rows), 1),
-        "seed": cfg["seed"],
-        "architecture": arch,
-        "env_kwargs": cfg["env"]["kwargs"],
-    }
-    return policy.eval(), info
-
-
-def policy_from_file(path: Path) -> tuple[torch.nn.Module, dict]:
-    from schedrl.classic.attention import EntityAttentionPolicy
-
-    saved = torch.load(path, weights_only=False)
-    a = saved["architecture"]
-    policy = EntityAttentionPolicy(a["features"], a["dim"], a["layers"], a["heads"])
-    policy.load_state_dict(saved["state_dict"])
-    return policy.eval(), saved.get("trained", {})
 
 
 def run_policy(policy, inst, samples: int, seed: int, max_ready: int) -> float:
@@ -104,15 +67,11 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.export is not None:
-        policy, info = policy_from_run(args.export)
-        args.policy.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(
-            {"state_dict": policy.state_dict(), "architecture": info["architecture"], "trained": info},
-            args.policy,
-        )
+        policy, info = load_entity_policy(args.export)
+        save_entity_policy(args.policy, policy, {"recipe": "examples/dag_ppo.yaml", **info})
         print(f"saved {args.policy} ({args.policy.stat().st_size / 1024:.0f} KiB) from {args.export}")
         return
-    policy, info = policy_from_run(args.run) if args.run is not None else policy_from_file(args.policy)
+    policy, info = load_entity_policy(args.run if args.run is not None else args.policy)
     print(f"policy: {info}")
     rows: dict[int, dict[str, list[float]]] = {}
     start = time.perf_counter()

@@ -66,7 +66,9 @@ class EngineSection:
     )  # vLLM EngineArgs settings, e.g. {enforce_eager: false}
     max_concurrency: int = 256  # requests in the engine's running batch
     max_batched_tokens: int = 8192  # tokens per engine forward
-    admission: str = "fcfs"  # admission policy: fcfs, priority, static, lpt, spt, fcfs_guarded, past_future
+    admission: str = (
+        "fcfs"  # admission policy: fcfs, priority, static, lpt, spt, fcfs_guarded, past_future, learned
+    )
     admission_args: dict[str, Any] = field(default_factory=dict)  # its arguments, e.g. {predictor: sibling}
     prefill_prompt_once: bool = True  # the samples of a prompt admitted in one step prefill it once
     # cache slots beyond the running batch for trajectories parked during tool waits (task.tool_wait: pin)

@@ -159,9 +159,11 @@ def test_the_committed_policy_schedules_held_out_graphs_no_longer_than_heft():
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    from dag_sched import HELD_OUT_SEED, POLICY, policy_from_file, run_policy
+    from dag_sched import HELD_OUT_SEED, POLICY, run_policy
 
-    policy, trained = policy_from_file(POLICY)
+    from schedrl.classic.attention import load_entity_policy
+
+    policy, trained = load_entity_policy(POLICY)
     assert trained["env_steps"] >= 200_000
     ratios = []
     for g in range(12):

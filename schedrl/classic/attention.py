@@ -9,6 +9,9 @@ attention to it, never an action). The same weights run any number of entities, 
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
@@ -61,3 +64,61 @@ class EntityAttentionPolicy(nn.Module):
         logits, value = self._heads(obs, mask)
         logp = torch.log_softmax(logits, -1).gather(-1, actions.long()[:, None]).squeeze(-1)
         return logp, entropy_from_logits(logits) if with_entropy else None, value
+
+
+def load_entity_policy(path: str | Path) -> tuple[EntityAttentionPolicy, dict]:
+    """An attention policy and what is known of its training, from a run directory (its latest
+    checkpoint and `config.yaml`) or from a file `save_entity_policy` wrote. Errors name the path."""
+    path = Path(path)
+    if path.is_dir():
+        import yaml
+
+        from schedrl.training.checkpoint import latest_checkpoint
+        from schedrl.training.run_dir import read_metrics
+
+        ckpt = latest_checkpoint(path / "checkpoints")
+        if ckpt is None or not (path / "config.yaml").exists():
+            raise ValueError(
+                f"{path}: not a classic run directory with a checkpoint (checkpoints/, config.yaml)"
+            )
+        cfg = yaml.safe_load((path / "config.yaml").read_text())
+        p = cfg.get("policy", {})
+        if p.get("kind") != "attention":
+            raise ValueError(f"{path}: the run's policy.kind is {p.get('kind')!r}, not attention")
+        saved = torch.load(ckpt / "model" / "policy.pt", weights_only=False)
+        features = saved["state_dict"]["embed.0.weight"].shape[1]
+        arch = {"features": int(features), "dim": p["dim"], "layers": p["layers"], "heads": p["heads"]}
+        rows = read_metrics(path / "metrics.jsonl") if (path / "metrics.jsonl").exists() else []
+        info = {
+            "run": str(path),
+            "checkpoint": ckpt.name,
+            "env_steps": int(max((r.get("env_steps", 0) for r in rows), default=0)),
+            "seconds": round(max((r.get("elapsed_s", 0.0) for r in rows), default=0.0), 1),
+            "seed": cfg.get("seed"),
+            "architecture": arch,
+            "env_kwargs": cfg.get("env", {}).get("kwargs", {}),
+        }
+    elif path.is_file():
+        saved = torch.load(path, weights_only=False)
+        if not isinstance(saved, dict) or "architecture" not in saved or "state_dict" not in saved:
+            raise ValueError(f"{path}: not a policy file (a dict with architecture and state_dict)")
+        arch, info = saved["architecture"], saved.get("trained", {})
+    else:
+        raise ValueError(f"{path}: no such policy file or run directory")
+    policy = EntityAttentionPolicy(arch["features"], arch["dim"], arch["layers"], arch["heads"])
+    policy.load_state_dict(saved["state_dict"])
+    return policy.eval(), {**info, "architecture": arch}
+
+
+def save_entity_policy(path: str | Path, policy: EntityAttentionPolicy, info: dict) -> None:
+    """Write `policy` with its architecture and `info` (how it was trained) as one small file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    enc = cast(nn.TransformerEncoderLayer, policy.encoder.layers[0])
+    arch = {
+        "features": policy.features,
+        "dim": policy.embed[0].out_features,
+        "layers": len(policy.encoder.layers),
+        "heads": enc.self_attn.num_heads,
+    }
+    torch.save({"state_dict": policy.state_dict(), "architecture": arch, "trained": info}, path)

@@ -71,6 +71,20 @@ class PolicySection:
 
 
 @dataclass
+class PretrainSection:
+    # behaviour cloning before PPO: the heuristic to imitate, by the name the environment's
+    # teacher_action(name) knows (e.g. "lpt" for schedrl/Admission-v0); None: start from random weights
+    teacher: str | None = None
+    decisions: int = 20_000  # teacher steps to imitate (over whole episodes)
+    epochs: int = 10
+    lr: float = 1e-3
+    batch_size: int = 256
+    # the entropy bonus of the cloning loss, so the clone still explores: the teacher's action keeps
+    # about 1 - (K - 1) exp(-1 / ent_weight) of the mass among K allowed ones (0.15: ~0.9 for K = 64)
+    ent_weight: float = 1e-3
+
+
+@dataclass
 class ClassicEval:
     episodes: int = 20  # held-out episodes (seeds disjoint from training), greedy actions
     every: int = 0  # also evaluate every N updates; 0: only before and after training
@@ -91,6 +105,7 @@ class ClassicConfig:
     ppo: PPOSection = field(default_factory=PPOSection)
     policy: PolicySection = field(default_factory=PolicySection)
     eval: ClassicEval = field(default_factory=ClassicEval)
+    pretrain: PretrainSection = field(default_factory=PretrainSection)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     @property
@@ -115,6 +130,10 @@ _POSITIVE = (
     "ppo.lr",
     "ppo.max_bad_steps",
     "eval.episodes",
+    "pretrain.decisions",
+    "pretrain.epochs",
+    "pretrain.lr",
+    "pretrain.batch_size",
 )
 _NON_NEGATIVE = (
     "save_every",
@@ -123,6 +142,7 @@ _NON_NEGATIVE = (
     "ppo.vf_coef",
     "ppo.max_grad_norm",
     "eval.every",
+    "pretrain.ent_weight",
 )
 _UNIT = ("ppo.gamma", "ppo.gae_lambda")
 
@@ -162,6 +182,11 @@ def classic_config_from_dict(data: dict[str, Any] | None, overrides: Sequence[st
     if cfg.ppo.clip_range_vf is not None and cfg.ppo.clip_range_vf < 0:
         raise ConfigError(
             f"config field 'ppo.clip_range_vf' must be >= 0 or null, got {cfg.ppo.clip_range_vf!r}"
+        )
+    if cfg.pretrain.teacher is not None and cfg.env.normalize_obs:
+        raise ConfigError(
+            "config fields 'pretrain.teacher' and 'env.normalize_obs': behaviour cloning sees raw "
+            "observations, so it needs env.normalize_obs: false"
         )
     return cfg
 

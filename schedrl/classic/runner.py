@@ -29,6 +29,7 @@ import torch
 from schedrl.classic.attention import EntityAttentionPolicy
 from schedrl.classic.config import ClassicConfig, PolicySection, classic_config_to_dict
 from schedrl.classic.envs import evaluate, make_envs, restore, snapshot
+from schedrl.classic.imitate import clone
 from schedrl.classic.policy import ActorCritic
 from schedrl.classic.ppo import PPO
 from schedrl.classic.rollout import Collector, ObsNormalizer, RewardScaler
@@ -109,6 +110,13 @@ class Runner:
             if "eval_before" not in self.state:
                 self.state["eval_before"] = self._evaluate()
                 self.logger.log(0, self.state["eval_before"], prefix="eval/")
+                if cfg.pretrain.teacher is not None:
+                    start = time.perf_counter()
+                    self.state["pretrain"] = clone(self.policy, cfg.env, cfg.pretrain, cfg.seed)
+                    self.seconds += time.perf_counter() - start  # cloning is part of the training budget
+                    self.state["eval_cloned"] = self._evaluate()
+                    self.logger.log(0, self.state["pretrain"])
+                    self.logger.log(0, self.state["eval_cloned"], prefix="eval_cloned/")
                 self._save()
             while self.update < cfg.updates:
                 start = time.perf_counter()
@@ -251,5 +259,6 @@ def train_classic(
     """Run (or resume) a classic PPO run; returns the evaluation before and after, and where it is."""
     runner = Runner(cfg, run, resume)
     out = runner.learn(on_update)
-    solved = {k: runner.state[k] for k in ("solved_at_steps", "solved_at_s") if k in runner.state}
+    keys = ("solved_at_steps", "solved_at_s", "pretrain", "eval_cloned")
+    solved = {k: runner.state[k] for k in keys if k in runner.state}
     return {**out, **solved, "run_dir": str(run.root), "plot": str(run.plot_path), "seconds": runner.seconds}

@@ -7,6 +7,8 @@
     spt          shortest-predicted-first (same args)
     fcfs_guarded first come, first served through the same machinery (same args; for comparisons)
     past_future  memory-aware FCFS (args: kv_budget_tokens, quantile, window)
+    learned      a PPO policy trained on schedrl/Admission-v0 (args: checkpoint, predictor, predictor_args,
+                 max_waiting)
 
 Names resolve here, above the engine: the engine takes a policy object and knows no names.
 """
@@ -73,6 +75,29 @@ def _past_future(**args: Any) -> AdmissionPolicy:
     return PastFutureAdmission(**args)
 
 
+def _learned(
+    checkpoint: str | None = None,
+    predictor: str = "sibling",
+    predictor_args: dict | None = None,
+    max_waiting: int = 64,
+    **unknown: Any,
+) -> AdmissionPolicy:
+    from schedrl.rollout.learned import LearnedAdmission  # torch policy loading, only when asked for
+
+    if unknown:
+        raise ValueError(
+            f"admission policy 'learned': unknown argument(s) {', '.join(sorted(unknown))}; "
+            "valid: checkpoint, predictor, predictor_args, max_waiting"
+        )
+    if checkpoint is None:
+        raise ValueError(
+            "admission policy 'learned' needs checkpoint (a policy file or a classic run directory)"
+        )
+    return LearnedAdmission(
+        checkpoint, make_predictor(predictor, **(predictor_args or {})), max_waiting=max_waiting
+    )
+
+
 for _name, _cls in (("fcfs", FCFS), ("priority", Priority), ("static", StaticBatch)):
     ADMISSION.add(_name, _no_args(_name, _cls), (_cls.__doc__ or "").strip().split("\n")[0])
 for _name, _order in (("lpt", "lpt"), ("spt", "spt"), ("fcfs_guarded", "fcfs")):
@@ -80,3 +105,4 @@ for _name, _order in (("lpt", "lpt"), ("spt", "spt"), ("fcfs_guarded", "fcfs")):
         _name, _length_ordered(_name, _order), f"{_order} by predicted length, with a starvation guard"
     )
 ADMISSION.add("past_future", _past_future, "memory-aware FCFS: admit while the predicted KV peak fits")
+ADMISSION.add("learned", _learned, "a PPO policy trained on schedrl/Admission-v0 (checkpoint)")

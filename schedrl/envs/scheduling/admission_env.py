@@ -10,6 +10,11 @@ and per key attended. `StepCost.fit` calibrates it by least squares from real en
 
 Reward: minus the simulated seconds of each stretch of steps, divided by FCFS's makespan on the
 same workload, so an episode returns -makespan / FCFS makespan (-1: as good as FCFS).
+
+The observation (`admission_features`) holds only what an engine knows at admission time: the
+offered requests' predicted lengths and prompts, their arrival order, and the running batch's size
+and predicted remainders. So a policy trained here runs inside the real engine unchanged
+(`schedrl.rollout.learned.LearnedAdmission`, `engine.admission: learned`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,53 @@ import numpy as np
 from schedrl.engine.base import StepStats
 from schedrl.envs.scheduling.jobshop_env import AllowedJobs
 
-FEATURES = 8
+FEATURES = 9
+TEACHERS = ("fcfs", "lpt", "spt")  # heuristics `AdmissionEnv.teacher_action` plays (behaviour cloning)
+
+
+def admission_features(
+    predicted: Sequence[float],
+    prompts: Sequence[int],
+    running_left: Sequence[float],
+    slots: int,
+    num_waiting: int,
+    max_waiting: int,
+) -> np.ndarray:
+    """One row per offered request (in arrival order, at most `max_waiting`), padded with zero rows.
+
+    Lengths are divided by the longest predicted length in sight (offered or left to run), so the
+    features are scale-free: 0 real row, 1 predicted output, 2 prompt, 3 arrival rank, 4 running /
+    slots, 5 the longest predicted remainder running, 6 the running batch's predicted remaining work
+    per slot, 7 whether this is the longest offered, 8 waiting / (waiting + slots).
+    """
+    obs = np.zeros((max_waiting, FEATURES), dtype=np.float32)
+    k = min(len(predicted), max_waiting)
+    if k == 0:
+        return obs
+    pred = np.asarray(predicted[:k], dtype=np.float64)
+    left = np.asarray(running_left, dtype=np.float64)
+    scale = max(float(pred.max()), float(left.max()) if left.size else 0.0, 1.0)
+    obs[:k, 0] = 1.0
+    obs[:k, 1] = pred / scale
+    obs[:k, 2] = np.asarray(prompts[:k], dtype=np.float64) / scale
+    obs[:k, 3] = np.arange(k) / k
+    obs[:k, 4] = left.size / slots
+    obs[:k, 5] = (left.max() if left.size else 0.0) / scale
+    obs[:k, 6] = left.sum() / (slots * scale)
+    obs[:k, 7] = pred >= pred.max()
+    obs[:k, 8] = num_waiting / (num_waiting + slots)
+    return obs
+
+
+def teacher_choice(name: str, predicted: Sequence[float]) -> int:
+    """The position a heuristic admits among `predicted` (ties: the earliest arrival)."""
+    if name == "fcfs":
+        return 0
+    if name == "lpt":
+        return int(np.argmax(predicted))
+    if name == "spt":
+        return int(np.argmin(predicted))
+    raise ValueError(f"unknown admission teacher {name!r}; valid: {', '.join(TEACHERS)}")
 
 
 @dataclass(frozen=True)
@@ -125,7 +176,6 @@ class AdmissionEnv(gym.Env):
         self.running: dict[int, int] = {}  # job -> tokens generated
         self.fresh: list[int] = []  # admitted since the last step: they prefill in the next one
         self.clock, self.steps = 0.0, 0
-        self.scale = float(max(j.length for j in jobs))
         reward = self._advance()
         return self._obs(), {"action_mask": self._mask(), "forced_reward": reward}
 
@@ -171,28 +221,28 @@ class AdmissionEnv(gym.Env):
                     del self.running[j]
         return -(self.clock - start) / self.norm
 
+    def teacher_action(self, name: str) -> int:
+        """The action of the heuristic `name` (one of `TEACHERS`) in the current state."""
+        assert self.inst is not None
+        return teacher_choice(name, [self.inst[j].predicted for j in self.offered])
+
     def _mask(self) -> np.ndarray:
         mask = np.zeros(self.max_waiting, dtype=bool)
         mask[: len(self.offered)] = True
         return mask
 
     def _obs(self) -> np.ndarray:
-        obs = np.zeros((self.max_waiting, FEATURES), dtype=np.float32)
-        if self.inst is None or not self.offered:
-            return obs
-        jobs, k, s = self.inst, len(self.offered), self.scale
-        left = [jobs[j].predicted - g for j, g in self.running.items()]
-        obs[:k, 0] = 1.0
-        obs[:k, 1] = [jobs[j].predicted / s for j in self.offered]
-        obs[:k, 2] = [jobs[j].prompt / s for j in self.offered]
-        obs[:k, 3] = np.arange(k) / max(1, k)  # arrival order
-        obs[:k, 4] = len(self.running) / self.slots
-        obs[:k, 5] = (max(left) if left else 0.0) / s  # the longest predicted remainder running
-        obs[:k, 6] = len(self.waiting) / len(jobs)
-        obs[:k, 7] = np.array([jobs[j].predicted for j in self.offered]) >= max(
-            jobs[j].predicted for j in self.offered
+        if self.inst is None:
+            return np.zeros((self.max_waiting, FEATURES), dtype=np.float32)
+        jobs = self.inst
+        return admission_features(
+            [jobs[j].predicted for j in self.offered],
+            [jobs[j].prompt for j in self.offered],
+            [max(1.0, jobs[j].predicted - g) for j, g in self.running.items()],
+            self.slots,
+            len(self.waiting),
+            self.max_waiting,
         )
-        return obs
 
 
 class LongtailJobs:
