@@ -199,3 +199,41 @@ def test_the_committed_policy_schedules_held_out_workloads_as_well_as_lpt():
         fcfs.append(simulate_policy(jobs, 8, cost, "fcfs"))
     assert np.mean(learned) <= np.mean(lpt) * (1 + 1e-9), (learned, lpt)
     assert np.mean(fcfs) / np.mean(learned) > 1.1
+
+
+def test_a_run_with_pretrain_clones_once_then_trains_and_resumes_exactly(tmp_path):
+    import schedrl
+
+    recipe = {
+        "env": {
+            "id": "schedrl/Admission-v0",
+            "num_envs": 2,
+            "kwargs": {"requests": 12, "slots": 3, "max_waiting": 12, "cost": {"base": 1.0}},
+        },
+        "ppo": {"n_steps": 24, "batch_size": 24, "n_epochs": 1, "gamma": 1.0},
+        "policy": {"kind": "attention", "dim": 16, "layers": 1, "heads": 2},
+        "pretrain": {"teacher": "lpt", "decisions": 300, "epochs": 3, "lr": 3e-3},
+        "eval": {"episodes": 3},
+        "logging": {"backends": ["jsonl"]},
+        "total_steps": 4 * 48,
+        "save_every": 2,
+    }
+    whole = schedrl.train(recipe, out_dir=str(tmp_path), name="whole")
+    rows = [r for r in whole.metrics if "pretrain/agreement" in r]
+    assert len(rows) == 1 and rows[0]["step"] == 0 and rows[0]["pretrain/decisions"] == 300
+    assert any("eval_cloned/return_mean" in r for r in whole.metrics)
+
+    def crash(update, metrics):
+        if update == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        schedrl.train(recipe, out_dir=str(tmp_path), name="cut", on_step=crash)
+    resumed = schedrl.train(resume=tmp_path / "cut")
+    assert len([r for r in resumed.metrics if "pretrain/agreement" in r]) == 1  # not cloned again
+    train_rows = lambda res: [  # noqa: E731
+        {k: v for k, v in r.items() if not k.endswith("_s") and "per_s" not in k}
+        for r in res.metrics
+        if "env_steps" in r
+    ]
+    assert train_rows(resumed) == train_rows(whole)
