@@ -173,6 +173,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Simulate an RL post-training cluster under a schedule (a scenario YAML): step time, idle fractions."""
+    from schedrl.sim.cli import run_simulate
+
+    return run_simulate(args, console)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="schedrl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -202,6 +209,14 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir")
     report.add_argument("--out", default=None, help="HTML path (default: RUN_DIR/report.html)")
     report.set_defaults(fn=cmd_report)
+    simulate = sub.add_parser("simulate", help=cmd_simulate.__doc__)
+    simulate.add_argument("scenario", help="a scenario YAML (examples/sim/)")
+    simulate.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    simulate.add_argument(
+        "--out", default=None, help="write timeline.jsonl, timeline.html and summary.json here"
+    )
+    simulate.add_argument("--json", action="store_true", help="print the summary as one JSON line only")
+    simulate.set_defaults(fn=cmd_simulate)
     compare = sub.add_parser("compare", help=cmd_compare.__doc__)
     compare.add_argument("run_dirs", nargs="+")
     compare.add_argument("--out", default="compare.html")

@@ -1,0 +1,362 @@
+"""The RL loop over simulated engines and a learner, under a schedule: the pipeline's own policies.
+
+The loop is the asynchronous pipeline's (`schedrl.orchestrate.pipeline`), event by event on a
+simulated clock: groups are issued a step's batch at a time; a group is admitted when the
+staleness rule `may_admit` lets it (the consumption policy says where it stands), and goes to the
+engine holding the fewest requests; an update starts when the consumption policy hands it a batch
+(stale samples purged by `StalenessBound.trainable`) and the learner is free; its weights reach the
+engines as the weight-sync policy says (`drain`, `inflight`, `cut_resume`, the registered ones,
+through a fleet with the real fleet's `stage` / `flush` / `push` / `cut`). Sync mode is the same loop
+at k = 0 with `drain` and `wave`: the synchronous loop, as in the real pipeline.
+
+Events come from a heap: each engine's next finish (invalidated when the engine changes) and the
+learner's next update. A weight sync pauses an engine for `SyncCost.sync_s`; colocated placement adds
+`cluster.switch_s` each way around every update, on the learner's clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from schedrl.orchestrate.consumption import CONSUMPTION
+from schedrl.orchestrate.staleness import StalenessBound, expected_update, may_admit
+from schedrl.orchestrate.weight_sync import WEIGHT_SYNC
+from schedrl.rollout.ordering import LengthOrdered
+from schedrl.rollout.predictors import LengthPredictor
+from schedrl.sim.engine import Job, SimEngine
+from schedrl.sim.scenario import Scenario
+from schedrl.timeline import Span
+
+
+@dataclass(eq=False)
+class SimGroup:
+    """A `schedrl.orchestrate.buffer.Group` where the consumption policies look."""
+
+    id: str
+    wave: int
+    requests: list[Job]
+    admitted: bool = False
+    done: dict[int, Job] = field(default_factory=dict)
+    dropped: list[int] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.done) + len(self.dropped) == len(self.requests)
+
+
+class GivenPrediction(LengthPredictor):
+    """The job's own predicted length (its true length off by the scenario's predictor error)."""
+
+    name = "given"
+
+    def predict(self, request: Any) -> float:
+        return float(request.predicted)
+
+
+class SimFleet:
+    """The engines, with the interface the weight-sync policies call (`schedrl.orchestrate.fleet`)."""
+
+    def __init__(self, engines: list[SimEngine], sync_s: float) -> None:
+        self.engines, self.sync_s = engines, sync_s
+        self.version = 0
+        self.staged: tuple[object, int] | None = None
+        self.now = 0.0
+        self.cut_jobs: list[Job] = []
+        self.syncs = 0
+
+    @property
+    def idle(self) -> bool:
+        return all(e.held == 0 for e in self.engines)
+
+    def send(self, jobs: list[Job], divide: bool) -> None:
+        units = [[j] for j in jobs] if divide else _by_group(jobs)
+        for unit in units:
+            e = min(self.engines, key=lambda e: (e.held, e.index))
+            e.advance(self.now)
+            e.submit(unit)
+
+    def push(self, weights, version: int, skip: int | None = None) -> None:
+        for e in self.engines:
+            e.load_weights(version, self.now, self.sync_s)
+        self.version = version
+        self.syncs += 1
+
+    def stage(self, weights, version: int) -> None:
+        self.staged = (weights, version)
+
+    def flush(self, skip: int | None = None) -> None:
+        if self.staged is not None:
+            self.push(*self.staged)
+            self.staged = None
+
+    def cut(self) -> None:
+        for e in self.engines:
+            self.cut_jobs += e.cut()
+
+
+def _by_group(jobs: list[Job]) -> list[list[Job]]:
+    out: dict[int, list[Job]] = {}
+    for j in jobs:
+        out.setdefault(id(j.group), []).append(j)
+    return list(out.values())
+
+
+@dataclass
+class SimResult:
+    scenario: str
+    step_s: list[float]  # wall time of each update (from the previous update's end)
+    mean_step_s: float  # over the steps after warm-up
+    steps_per_s: float
+    engine_busy_frac: float  # of engine-seconds, over the run
+    learner_busy_frac: float
+    tokens: int  # generated, over the run
+    dropped: int  # samples too stale to train on
+    mean_staleness: float  # of trained samples: update - oldest token's version
+    makespan_s: float
+    spans: list[Span]
+    gen_s: list[float]  # per update: from its batch's first admission to its last sample
+
+    def summary(self) -> dict:
+        return {
+            "scenario": self.scenario,
+            "mean_step_s": round(self.mean_step_s, 4),
+            "steps_per_s": round(self.steps_per_s, 6),
+            "engine_busy_frac": round(self.engine_busy_frac, 4),
+            "learner_busy_frac": round(self.learner_busy_frac, 4),
+            "tokens": self.tokens,
+            "dropped": self.dropped,
+            "mean_staleness": round(self.mean_staleness, 3),
+            "makespan_s": round(self.makespan_s, 3),
+        }
+
+
+class ClusterSim:
+    def __init__(self, s: Scenario) -> None:
+        self.s = s
+        sch = s.schedule
+        k, sync_policy, consumption = sch.max_staleness, sch.weight_sync, sch.consumption
+        if sch.mode == "sync":
+            k, sync_policy, consumption = 0, "drain", "wave"
+        self.k = k
+        self.rng = np.random.default_rng(s.seed)
+        cost = s.engine_cost()
+        engines = [SimEngine(i, cost, self._admission()) for i in range(s.num_engines)]
+        self.fleet = SimFleet(engines, s.sync.sync_s(s.weight_bytes))
+        # the pipeline's own policies, on duck-typed fleet and groups
+        self.weight_sync: Any = WEIGHT_SYNC.get(sync_policy)()
+        self.per_step = s.workload.prompts_per_step * s.workload.group_size
+        self.consumption: Any = CONSUMPTION.get(consumption)(self.per_step, sch.overprovision)
+        self.bound = StalenessBound(k)
+        self.groups: dict[str, SimGroup] = {}
+        self.next_wave = 0
+        self.started = 0  # updates launched
+        self.version = 0  # updates done
+        self.learner_free_at = 0.0
+        self.learner_busy = 0.0
+        self.pending: list[tuple[float, int]] = []  # (end time, version) of launched updates
+        self.update_ends: list[float] = []
+        self.dropped = 0
+        self.staleness: list[int] = []
+        self.tokens_trained = 0
+        self.spans: list[Span] = []
+        self.first_admit: dict[int, float] = {}
+        self.gen_s: list[float] = []
+        self.switch = s.cluster.switch_s if s.cluster.placement == "colocated" else 0.0
+
+    def _admission(self):
+        name = self.s.schedule.admission
+        if name == "fcfs":
+            return LengthOrdered("fcfs", GivenPrediction())
+        return LengthOrdered(name, GivenPrediction())
+
+    # ---- the pipeline's steps -------------------------------------------------------------------------
+    def _issue_wave(self) -> None:
+        w, wl = self.next_wave, self.s.workload
+        lengths = wl.lengths.sample(self.rng, wl.prompts_per_step, wl.group_size)
+        noise = (
+            np.exp(self.rng.normal(0.0, wl.predictor_sigma, lengths.shape))
+            if wl.predictor_sigma > 0
+            else np.ones(lengths.shape)
+        )
+        for g in range(wl.prompts_per_step):
+            group = SimGroup(f"w{w}g{g}", w, [])
+            group.requests = [
+                Job(
+                    f"w{w}g{g}s{i}",
+                    group,
+                    i,
+                    wl.prompt_tokens,
+                    int(lengths[g, i]),
+                    float(lengths[g, i] * noise[g, i]),
+                )
+                for i in range(wl.group_size)
+            ]
+            self.groups[group.id] = group
+        self.next_wave += 1
+
+    def _admit(self) -> None:
+        if not self.weight_sync.admits(self.fleet):
+            return
+        out: list[Job] = []
+        while True:
+            g = next((g for g in self.groups.values() if not g.admitted), None)
+            if g is None:
+                self._issue_wave()
+                continue
+            ahead, per_update = self.consumption.position(list(self.groups.values()), g)
+            if expected_update(self.started, ahead, per_update) >= self.s.steps or not may_admit(
+                self.started, ahead, per_update, self.fleet.version, self.k
+            ):
+                break
+            g.admitted = True
+            self.first_admit.setdefault(g.wave, self.fleet.now)
+            out += [j for j in g.requests if j.sample_index not in g.done]
+        if out:
+            self.fleet.send(out, self.s.schedule.divide_groups)
+
+    def _resend_cut(self) -> None:
+        jobs, self.fleet.cut_jobs = self.fleet.cut_jobs, []
+        if jobs:
+            self.fleet.send(jobs, self.s.schedule.divide_groups)
+
+    def _purge_stale(self, update: int) -> None:
+        for g in [g for g in self.groups.values() if g.admitted and g.complete]:
+            for i, job in list(g.done.items()):
+                if (
+                    self.bound.trainable(update, (job.v_min or 0, job.v_max or 0), self.s.schedule.stale)
+                    is None
+                ):
+                    del g.done[i]
+                    g.dropped.append(i)
+                    self.dropped += 1
+            if len(g.requests) - len(g.dropped) < 2:
+                self.dropped += len(g.done)
+                del self.groups[g.id]
+
+    def _launch_update(self) -> None:
+        if self.started >= self.s.steps or self.pending:
+            return
+        self._purge_stale(self.started)
+        groups: list[SimGroup] | None = self.consumption.take(list(self.groups.values()))
+        if groups is None:
+            return
+        tokens = 0
+        for g in groups:
+            del self.groups[g.id]
+            for job in g.done.values():  # Jobs
+                tokens += job.prompt + job.length
+                self.staleness.append(self.started - (job.v_min or 0))
+        self.tokens_trained += tokens
+        waves = {g.wave for g in groups}
+        self.gen_s.append(self.fleet.now - min(self.first_admit.get(w, self.fleet.now) for w in waves))
+        start = max(self.fleet.now, self.learner_free_at)
+        train = self.s.learner.train_s(tokens, self.s.learner_gpus) + 2 * self.switch
+        end = start + train
+        self.spans.append(Span("learner", "train", start, end))
+        self.learner_busy += train
+        self.learner_free_at = end
+        self.pending.append((end, self.started + 1))
+        self.started += 1
+
+    def _finish(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            g = job.group
+            if isinstance(g, SimGroup) and g.id in self.groups:
+                g.done[job.sample_index] = job
+
+    # ---- the event loop ------------------------------------------------------------------------------
+    def run(self) -> SimResult:
+        heap: list[tuple[float, int, int]] = []  # (time, epoch, engine)
+        epoch = [0] * len(self.fleet.engines)
+        engines = self.fleet.engines
+
+        def refresh() -> None:
+            for e in engines:
+                t = e.next_finish()
+                epoch[e.index] += 1
+                if t is not None:
+                    heapq.heappush(heap, (t, epoch[e.index], e.index))
+
+        def refresh_one(e: SimEngine) -> None:
+            epoch[e.index] += 1
+            t = e.next_finish()
+            if t is not None:
+                heapq.heappush(heap, (t, epoch[e.index], e.index))
+
+        self._admit()
+        refresh()
+        guard = 0
+        while self.version < self.s.steps:
+            guard += 1
+            if guard > 50_000_000:
+                raise RuntimeError("simulation did not finish (event budget spent)")
+            while heap and heap[0][1] != epoch[heap[0][2]]:
+                heapq.heappop(heap)
+            t_engine = heap[0][0] if heap else math.inf
+            t_learner = self.pending[0][0] if self.pending else math.inf
+            if math.isinf(t_engine) and math.isinf(t_learner):
+                raise RuntimeError(
+                    f"simulation stalled at update {self.started}: nothing running, no batch ready "
+                    f"({len(self.groups)} groups buffered)"
+                )
+            if t_learner <= t_engine:
+                now, version = self.pending.pop(0)
+                self.fleet.now = now
+                for e in engines:
+                    self._finish(e.advance(now))
+                self.version = version
+                self.update_ends.append(now)
+                self.weight_sync.on_update(self.fleet, None, version, self._resend_cut)
+                self._admit()
+                self._launch_update()
+                refresh()
+                continue
+            _, _, idx = heapq.heappop(heap)
+            e = engines[idx]
+            self.fleet.now = t_engine
+            self._finish(e.advance(t_engine))
+            before = self.fleet.syncs
+            self._admit()
+            self._launch_update()
+            if self.fleet.syncs != before:
+                refresh()
+            else:
+                refresh_one(e)
+                for other in engines:  # the admission may have sent work to other engines
+                    if other is not e and other.waiting:
+                        refresh_one(other)
+        return self._result()
+
+    def _result(self) -> SimResult:
+        ends = self.update_ends
+        steps = [b - a for a, b in zip([0.0, *ends[:-1]], ends, strict=True)]
+        tail = steps[self.s.warmup_steps :]
+        mean = statistics.fmean(tail)
+        makespan = ends[-1]
+        engines = self.fleet.engines
+        spans = [sp for e in engines for sp in e.spans] + self.spans
+        return SimResult(
+            scenario=self.s.name,
+            step_s=steps,
+            mean_step_s=mean,
+            steps_per_s=1.0 / mean if mean > 0 else math.inf,
+            engine_busy_frac=sum(e.busy_s for e in engines) / (len(engines) * makespan),
+            learner_busy_frac=self.learner_busy / makespan,
+            tokens=sum(e.tokens for e in engines),
+            dropped=self.dropped,
+            mean_staleness=statistics.fmean(self.staleness) if self.staleness else 0.0,
+            makespan_s=makespan,
+            spans=spans,
+            gen_s=self.gen_s,
+        )
+
+
+def simulate(s: Scenario) -> SimResult:
+    """Run scenario `s` for `s.steps` updates."""
+    return ClusterSim(s).run()

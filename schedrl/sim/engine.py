@@ -1,0 +1,243 @@
+"""One continuous-batching engine instance, simulated as a fluid between events.
+
+Every running request gains one token per decode step, so the engine keeps one counter, `steps`
+(decode steps since it started), and a request admitted at counter c0 with r tokens to go finishes
+at counter c0 + r: a heap of finish counters gives the next finish without touching the others. The
+time of n steps with b running requests is n x `EngineCost.step_s` at the batch's mean context over
+those steps (exact while the memory term is linear in context), plus the prefill of the requests
+admitted before the first of them. Admission runs at every finish: the engine's admission policy
+(`schedrl.engine.admission`, the real one: FCFS, LPT, SPT with a predictor) picks from the waiting
+requests within `max_batch` and the KV capacity.
+
+A `Job` stands in for a `schedrl.types.Request` where policies look (its id, prefill tokens, prefix,
+group, predicted length), so those policies run here unchanged.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from schedrl.engine.admission import FCFS
+from schedrl.sim.costs import EngineCost
+from schedrl.timeline import Span
+
+
+@dataclass(eq=False)
+class Job:
+    """One sample of a group: `length` output tokens in all, `generated` of them already made."""
+
+    id: str
+    group: object  # the SimGroup it belongs to
+    sample_index: int
+    prompt: int
+    length: int
+    predicted: float
+    generated: int = 0
+    v_min: int | None = None  # the oldest and newest policy versions among its tokens
+    v_max: int | None = None
+    priority: float = 0.0
+    prefix_logprobs: tuple = ()
+    params: object = None
+
+    @property
+    def group_id(self) -> str:
+        return self.group.id  # type: ignore[attr-defined]
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return self.prompt + self.generated
+
+    @property
+    def prefix_ids(self) -> range:  # only its length is read
+        return range(self.generated)
+
+    @property
+    def prompt_ids(self) -> range:
+        return range(self.prompt)
+
+
+@dataclass
+class SimEngine:
+    index: int
+    cost: EngineCost
+    admission: Any = field(default_factory=FCFS)  # an AdmissionPolicy, reading Jobs as Requests
+    version: int = 0
+    max_batched_tokens: int = 1 << 30  # prefill tokens admitted per step (chunked prefill: the chunk)
+
+    def __post_init__(self) -> None:
+        self.clock = 0.0
+        self.steps = 0  # decode steps so far: every running request gains one token per step
+        self.waiting: list[Job] = []
+        self.running: dict[
+            str, tuple[Job, int, int]
+        ] = {}  # id -> (job, counter at admission, finish counter)
+        self._heap: list[tuple[int, int, str]] = []  # (finish counter, seq, id)
+        self._seq = 0
+        self._ctx_base = 0  # sum over running of (prompt + generated at admission - counter at admission)
+        self._prefill = 0  # tokens to prefill in the next step
+        self.pause_until = 0.0  # a weight sync holds the engine until then
+        self.busy_s = 0.0
+        self.tokens = 0
+        self.spans: list[Span] = []
+        self.on_token = None  # admission policies that follow the batch chain onto these (never fired)
+        self.on_finish = None
+        if hasattr(self.admission, "bind"):
+            self.admission.bind(self)  # type: ignore[attr-defined]
+
+    # ---- what admission policies read ------------------------------------------------------------
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def running_ids(self) -> list[str]:
+        return list(self.running)
+
+    @property
+    def config(self):
+        return self.cost  # max_batch stands for max_concurrency
+
+    @property
+    def held(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    @property
+    def ctx(self) -> int:
+        return self._ctx_base + len(self.running) * self.steps
+
+    # ---- the fluid ---------------------------------------------------------------------------------
+    def _span(self, kind: str, start: float, end: float) -> None:
+        last = self.spans[-1] if self.spans else None
+        if last is not None and last.kind == kind and abs(start - last.end) < 1e-9:
+            last.end = end
+        elif end > start:
+            self.spans.append(Span(f"engine-{self.index}", kind, start, end))
+
+    def _duration(self, n: int) -> float:
+        b = len(self.running)
+        mean_ctx = self.ctx + b * (n - 1) / 2.0
+        return n * self.cost.step_s(b, mean_ctx) + self.cost.prefill_token_s * self._prefill
+
+    def _run_steps(self, n: int) -> None:
+        dt = self._duration(n)
+        self._span("decode", self.clock, self.clock + dt)
+        self.clock += dt
+        self.busy_s += dt
+        self.steps += n
+        self.tokens += n * len(self.running)
+        self._prefill = 0
+
+    def next_finish(self) -> float | None:
+        """When the next running request finishes (None: nothing runs)."""
+        self._admit()
+        if not self._heap:
+            return None
+        start = max(self.clock, self.pause_until)
+        return start + self._duration(self._heap[0][0] - self.steps)
+
+    def advance(self, until: float) -> list[Job]:
+        """Run to `until` (or to the next finish, if sooner); returns the jobs that finished."""
+        done: list[Job] = []
+        while True:
+            self._admit()
+            if not self._heap:
+                self.clock = max(self.clock, until)
+                return done
+            if self.pause_until > self.clock:
+                if self.pause_until >= until:
+                    self.clock = until
+                    return done
+                self.clock = self.pause_until
+            n = self._heap[0][0] - self.steps
+            if self.clock + self._duration(n) <= until + 1e-12:
+                self._run_steps(n)
+                done += self._pop_finished()
+                return done
+            # the next finish lies beyond `until`: run the whole steps that fit, then stop there
+            lo, hi = 0, n
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self.clock + self._duration(mid) <= until:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            if lo:
+                self._run_steps(lo)
+            self.clock = max(self.clock, until)
+            return done
+
+    def _pop_finished(self) -> list[Job]:
+        out = []
+        while self._heap and self._heap[0][0] <= self.steps:
+            _, _, rid = heapq.heappop(self._heap)
+            job, c0, _ = self.running.pop(rid)
+            self._ctx_base -= job.prompt + job.generated - c0
+            job.generated += self.steps - c0
+            out.append(job)
+        return out
+
+    def _admit(self) -> None:
+        if not self.waiting or len(self.running) >= self.cost.max_batch:
+            return
+        free = self.cost.max_batch - len(self.running)
+        if self.cost.kv_capacity_tokens:
+            room = self.cost.kv_capacity_tokens - self.ctx
+            if room <= 0:
+                return
+        chosen = self.admission.select(
+            self.waiting, free_slots=free, token_budget=self.max_batched_tokens, num_running=len(self.running)
+        )
+        if not chosen:
+            return
+        taken = set(chosen)
+        for i in chosen:
+            job = self.waiting[i]
+            if (
+                self.cost.kv_capacity_tokens
+                and self.running
+                and self.ctx + job.num_prefill_tokens > self.cost.kv_capacity_tokens
+            ):
+                taken.discard(i)
+                continue
+            self._start(job)
+        self.waiting = [j for k, j in enumerate(self.waiting) if k not in taken]
+
+    def _start(self, job: Job) -> None:
+        if job.v_min is None:
+            job.v_min = self.version
+        job.v_max = self.version
+        finish = self.steps + (job.length - job.generated)
+        self.running[job.id] = (job, self.steps, finish)
+        self._ctx_base += job.prompt + job.generated - self.steps
+        self._prefill += job.num_prefill_tokens
+        heapq.heappush(self._heap, (finish, self._seq, job.id))
+        self._seq += 1
+
+    # ---- what the cluster does to it ---------------------------------------------------------------
+    def submit(self, jobs: Sequence[Job]) -> None:
+        self.waiting.extend(jobs)
+
+    def load_weights(self, version: int, at: float, seconds: float) -> None:
+        """New weights from `at`: the engine pauses `seconds` (running requests keep their state)."""
+        start = max(at, self.clock, self.pause_until)
+        self.pause_until = start + seconds
+        self._span("weight-sync", start, self.pause_until)
+        self.version = version
+        for job, _, _ in self.running.values():
+            job.v_max = version
+
+    def cut(self) -> list[Job]:
+        """Abort every running and waiting request; each keeps the tokens it has."""
+        out = list(self.waiting)
+        for job, c0, _ in self.running.values():
+            job.generated += self.steps - c0
+            out.append(job)
+        self.running.clear()
+        self._heap.clear()
+        self._ctx_base = 0
+        self._prefill = 0
+        self.waiting = []
+        return out

@@ -1,0 +1,203 @@
+"""A simulation scenario: the model, the workload, the cluster, the costs and the schedule, in YAML.
+
+Every key is checked: an unknown key, a negative cost or a distribution that cannot be sampled is an
+error naming the key and the file. Costs not given are derived from the model and the GPU
+(`EngineCost.from_hardware`); a scenario states each assumption next to its value and source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from schedrl.config import ConfigError, apply_sets, build_dataclass, read_recipe
+from schedrl.sim.costs import GPUS, EngineCost, LearnerCost, SyncCost
+from schedrl.sim.lengths import DistributionError, LengthDist
+
+
+@dataclass
+class ModelSection:
+    params_b: float = 7.0  # parameters, billions
+    active_params_b: float | None = None  # a mixture of experts: parameters active per token
+    bytes_per_param: float = 2.0  # bf16
+    kv_bytes_per_token: float = 57344.0  # layers x kv heads x head dim x 2 (k, v) x 2 bytes (Qwen2.5-7B)
+
+
+@dataclass
+class WorkloadSection:
+    prompts_per_step: int = 64
+    group_size: int = 8
+    prompt_tokens: int = 512
+    lengths: LengthDist = field(default_factory=LengthDist)
+    predictor_sigma: float = 0.5  # length-ordered admission: predictions off by a log-normal factor
+
+
+@dataclass
+class ClusterSection:
+    gpus: int = 8
+    gpu: str = "h100"
+    memory_gb: float = 80.0
+    gpus_per_engine: int = 1  # tensor parallel size of an engine instance
+    placement: Literal["colocated", "disaggregated"] = "colocated"
+    rollout_gpus: int = 0  # disaggregated: GPUs of the engines; the rest train
+    switch_s: float = 0.0  # colocated: seconds to swap generation and training states, each way
+
+
+@dataclass
+class EngineSection:
+    mbu: float = 0.6  # fraction of HBM bandwidth a decode step achieves
+    mfu: float = 0.4  # fraction of peak FLOP/s a step achieves
+    overhead_s: float = 0.005  # per decode step
+    max_batch: int = 256  # running requests per engine
+    memory_util: float = 0.9
+    # explicit coefficients (None: derived from the model and the GPU)
+    weights_s: float | None = None
+    kv_token_s: float | None = None
+    compute_token_s: float | None = None
+    prefill_token_s: float | None = None
+    kv_capacity_tokens: int | None = None
+
+
+@dataclass
+class ScheduleSection:
+    mode: Literal["sync", "async"] = "sync"  # sync: k = 0, drain, wave (the synchronous loop)
+    max_staleness: int = 0
+    consumption: Literal["wave", "partial"] = "wave"
+    overprovision: float = 1.0
+    weight_sync: Literal["drain", "inflight", "cut_resume"] = "drain"
+    stale: Literal["drop", "mask"] = "drop"
+    admission: Literal["fcfs", "lpt", "spt"] = "fcfs"
+    divide_groups: bool = False  # each sample to the least-loaded engine, not whole groups
+
+
+@dataclass
+class Scenario:
+    name: str = "scenario"
+    source: str = ""  # where the numbers come from
+    steps: int = 6  # RL steps to simulate
+    warmup_steps: int = 1  # steps left out of the means (the pipeline filling)
+    seed: int = 0
+    model: ModelSection = field(default_factory=ModelSection)
+    workload: WorkloadSection = field(default_factory=WorkloadSection)
+    cluster: ClusterSection = field(default_factory=ClusterSection)
+    engine: EngineSection = field(default_factory=EngineSection)
+    learner: LearnerCost = field(default_factory=LearnerCost)
+    sync: SyncCost = field(default_factory=SyncCost)
+    schedule: ScheduleSection = field(default_factory=ScheduleSection)
+    measured: dict[str, Any] = field(default_factory=dict)  # published or measured figures to compare with
+
+    # ---- derived ---------------------------------------------------------------------------------
+    @property
+    def weight_bytes(self) -> float:
+        return self.model.params_b * 1e9 * self.model.bytes_per_param
+
+    @property
+    def engine_gpus(self) -> int:
+        c = self.cluster
+        return c.gpus if c.placement == "colocated" else c.rollout_gpus
+
+    @property
+    def learner_gpus(self) -> int:
+        c = self.cluster
+        return c.gpus if c.placement == "colocated" else c.gpus - c.rollout_gpus
+
+    @property
+    def num_engines(self) -> int:
+        return self.engine_gpus // self.cluster.gpus_per_engine
+
+    def engine_cost(self) -> EngineCost:
+        e, m, c = self.engine, self.model, self.cluster
+        cost = EngineCost.from_hardware(
+            m.params_b,
+            c.gpu,
+            c.gpus_per_engine,
+            m.bytes_per_param,
+            m.kv_bytes_per_token,
+            e.mbu,
+            e.mfu,
+            e.overhead_s,
+            e.max_batch,
+            c.memory_gb,
+            e.memory_util,
+            m.active_params_b,
+        )
+        given = {k: getattr(e, k) for k in ("weights_s", "kv_token_s", "compute_token_s", "prefill_token_s")}
+        given["kv_capacity_tokens"] = e.kv_capacity_tokens
+        return dataclasses.replace(cost, **{k: v for k, v in given.items() if v is not None})
+
+
+_POSITIVE = (
+    "steps",
+    "workload.prompts_per_step",
+    "workload.group_size",
+    "workload.prompt_tokens",
+    "cluster.gpus",
+    "cluster.gpus_per_engine",
+    "cluster.memory_gb",
+    "engine.max_batch",
+    "engine.mbu",
+    "engine.mfu",
+    "model.params_b",
+    "learner.tokens_per_s_per_gpu",
+    "sync.bandwidth_gbs",
+    "schedule.overprovision",
+)
+
+
+def _numbers(obj: Any, prefix: str = ""):
+    """(dotted key, value) of every number in a dataclass tree."""
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if dataclasses.is_dataclass(v):
+            yield from _numbers(v, f"{prefix}{f.name}.")
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            yield f"{prefix}{f.name}", v
+
+
+def scenario_from_dict(data: dict[str, Any], overrides=(), where: str = "scenario") -> Scenario:
+    """A checked `Scenario` from a mapping (plus `a.b=c` overrides); errors name `where` and the key."""
+    try:
+        s = build_dataclass(Scenario, apply_sets(data, overrides))
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    for key, value in _numbers(s):
+        if value < 0:
+            raise ConfigError(f"{where}: '{key}' must be >= 0 (a cost, a count or a fraction), got {value!r}")
+    for key in _POSITIVE:
+        obj: Any = s
+        for part in key.split("."):
+            obj = getattr(obj, part)
+        if obj <= 0:
+            raise ConfigError(f"{where}: '{key}' must be > 0, got {obj!r}")
+    c = s.cluster
+    if c.gpu not in GPUS:
+        raise ConfigError(f"{where}: 'cluster.gpu' must be one of {', '.join(GPUS)}, got {c.gpu!r}")
+    if c.placement == "disaggregated" and not 0 < c.rollout_gpus < c.gpus:
+        raise ConfigError(
+            f"{where}: 'cluster.rollout_gpus' must be between 0 and cluster.gpus ({c.gpus}) when disaggregated, "
+            f"got {c.rollout_gpus!r}"
+        )
+    if s.engine_gpus % c.gpus_per_engine:
+        raise ConfigError(
+            f"{where}: 'cluster.gpus_per_engine' ({c.gpus_per_engine}) must divide the engines' GPUs ({s.engine_gpus})"
+        )
+    if s.schedule.mode == "async" and c.placement == "colocated":
+        raise ConfigError(
+            f"{where}: 'schedule.mode' async needs 'cluster.placement: disaggregated' (colocated engines and "
+            "learner share devices, so they run in turn)"
+        )
+    if s.warmup_steps >= s.steps:
+        raise ConfigError(f"{where}: 'warmup_steps' ({s.warmup_steps}) must be below 'steps' ({s.steps})")
+    try:
+        s.workload.lengths.check("workload.lengths")
+        s.engine_cost()
+    except (DistributionError, ValueError) as err:
+        raise ConfigError(f"{where}: {err}") from None
+    return s
+
+
+def load_scenario(path: str | Path, overrides=()) -> Scenario:
+    """The scenario a YAML file holds (plus `a.b=c` overrides)."""
+    return scenario_from_dict(read_recipe(path), overrides, where=str(path))

@@ -1,0 +1,181 @@
+"""The cluster simulator: closed-form engine times, the schedules' ordering, and bad scenarios."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from schedrl.config import ConfigError
+from schedrl.sim import load_scenario, scenario_from_dict, simulate
+from schedrl.sim.costs import EngineCost
+from schedrl.sim.engine import Job, SimEngine
+from schedrl.sim.lengths import LengthDist, read_lengths
+
+
+def jobs(lengths, prompt=10):
+    return [Job(f"j{i}", None, i, prompt, n, float(n)) for i, n in enumerate(lengths)]
+
+
+def run_engine(engine: SimEngine) -> tuple[float, list[tuple[str, float]]]:
+    finished = []
+    while True:
+        t = engine.next_finish()
+        if t is None:
+            return engine.clock, finished
+        finished += [(j.id, engine.clock) for j in engine.advance(t)]
+
+
+def test_continuous_batching_in_closed_form():
+    unit = EngineCost(overhead_s=1.0, max_batch=1)  # one second per step, one request at a time
+    e = SimEngine(0, unit)
+    e.submit(jobs([3, 5]))
+    assert run_engine(e) == (8.0, [("j0", 3.0), ("j1", 8.0)])
+    e = SimEngine(0, EngineCost(overhead_s=1.0, max_batch=2))
+    e.submit(jobs([3, 5, 1]))
+    # j0 and j1 start; j2 takes j0's place after step 3 and ends at step 4; j1 at step 5
+    assert run_engine(e) == (5.0, [("j0", 3.0), ("j2", 4.0), ("j1", 5.0)])
+    assert e.tokens == 9 and e.busy_s == 5.0
+
+
+def test_the_memory_term_grows_with_context_exactly():
+    w, kv, prefill = 0.01, 1e-4, 1e-3
+    cost = EngineCost(overhead_s=0.0, weights_s=w, kv_token_s=kv, prefill_token_s=prefill, max_batch=8)
+    e = SimEngine(0, cost)
+    b, L, prompt = 4, 50, 20
+    e.submit(jobs([L] * b, prompt))
+    end, _ = run_engine(e)
+    # step i holds b x (prompt + i) keys: sum_i (w + kv x b (prompt + i)) plus one prefill of b prompts
+    expected = sum(w + kv * b * (prompt + i) for i in range(L)) + prefill * b * prompt
+    assert end == pytest.approx(expected, rel=1e-12)
+    # compute-bound: max(memory, compute) picks compute once the batch is large enough
+    big = EngineCost(overhead_s=0.0, weights_s=0.001, compute_token_s=0.001, max_batch=64)
+    assert big.step_s(64, 0) == pytest.approx(0.064) and big.step_s(1, 0) == pytest.approx(0.001)
+
+
+def test_advancing_to_a_time_between_finishes_keeps_the_fluid_exact():
+    cost = EngineCost(overhead_s=1.0, max_batch=4)
+    a, b = SimEngine(0, cost), SimEngine(1, cost)
+    for e in (a, b):
+        e.submit(jobs([10, 4]))
+    assert a.advance(2.5) == [] and a.steps == 2  # whole steps only; the clock stops at 2.5
+    t = a.next_finish()
+    assert t is not None and t == 4.5  # from 2.5, the 2 steps left of j1
+    assert [j.id for j in a.advance(t)] == ["j1"]
+    # stopping and restarting costs at most the fraction of a step it stopped inside
+    assert run_engine(a)[0] - run_engine(b)[0] == pytest.approx(0.5)
+
+
+def scenario(**over):
+    base = {
+        "steps": 4,
+        "warmup_steps": 1,
+        "workload": {"prompts_per_step": 8, "group_size": 4, "prompt_tokens": 16,
+                     "lengths": {"kind": "fixed", "median": 100, "cap": 100}, "predictor_sigma": 0.0},
+        "cluster": {"gpus": 2},
+        "engine": {"weights_s": 0.0, "kv_token_s": 0.0, "compute_token_s": 0.0, "prefill_token_s": 0.0,
+                   "overhead_s": 0.01, "max_batch": 64},
+        "learner": {"tokens_per_s_per_gpu": 1000.0, "fixed_s": 0.0},
+        "sync": {"seconds": 0.2},
+    }  # fmt: skip
+    for key, value in over.items():
+        node = base
+        *path, last = key.split("__")
+        for p in path:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return scenario_from_dict(base)
+
+
+def test_the_synchronous_loop_in_closed_form():
+    s = scenario()
+    r = simulate(s)
+    gen = 100 * 0.01  # 100 decode steps; each engine holds 16 of the 32 samples at once
+    train = 32 * (16 + 100) / (1000.0 * 2)  # colocated: the learner has both GPUs
+    assert r.step_s[0] == pytest.approx(gen + train)  # the first weights need no sync
+    assert r.step_s[1:] == pytest.approx([0.2 + gen + train] * 3)
+    assert r.dropped == 0 and r.mean_staleness == 0.0 and r.tokens == 4 * 32 * 100
+    swapped = simulate(scenario(cluster__switch_s=0.5))
+    assert swapped.mean_step_s == pytest.approx(r.mean_step_s + 1.0)
+
+
+def test_async_overlaps_generation_and_training_within_the_staleness_bound():
+    common = {"cluster__placement": "disaggregated", "cluster__gpus": 4, "cluster__rollout_gpus": 2,
+              "steps": 6}  # fmt: skip
+    sync = simulate(scenario(**common))
+    gen, train = 1.0, 32 * 116 / (1000.0 * 2)
+    assert sync.mean_step_s == pytest.approx(0.2 + gen + train)
+    one = simulate(scenario(schedule__mode="async", schedule__max_staleness=1, **common))
+    assert one.mean_step_s < sync.mean_step_s
+    assert one.mean_step_s >= max(gen, train) - 1e-9
+    assert one.mean_staleness <= 1 and one.dropped == 0
+    inflight = simulate(
+        scenario(
+            schedule__mode="async", schedule__max_staleness=1, schedule__weight_sync="inflight", **common
+        )
+    )
+    assert inflight.mean_step_s <= one.mean_step_s + 1e-9
+
+
+def test_longest_first_shortens_a_long_tailed_step():
+    tail = {"kind": "lognormal", "median": 200, "sigma": 1.2, "cap": 4000}
+    kw = {"workload__lengths": tail, "workload__prompts_per_step": 64, "engine__max_batch": 16, "steps": 3}
+    fcfs = simulate(scenario(**kw))
+    lpt = simulate(scenario(schedule__admission="lpt", **kw))
+    assert lpt.tokens == fcfs.tokens  # the same samples, another order
+    assert lpt.mean_step_s < 0.97 * fcfs.mean_step_s
+
+
+def test_partial_rollouts_cut_and_resume_carry_tokens_over():
+    tail = {"kind": "lognormal", "median": 200, "sigma": 1.2, "cap": 4000}
+    kw = {"workload__lengths": tail, "cluster__placement": "disaggregated", "cluster__gpus": 4,
+          "cluster__rollout_gpus": 2, "steps": 5}  # fmt: skip
+    r = simulate(scenario(schedule__mode="async", schedule__max_staleness=2, schedule__consumption="partial",
+                          schedule__overprovision=1.5, schedule__weight_sync="cut_resume", **kw))  # fmt: skip
+    wave = simulate(scenario(schedule__mode="async", schedule__max_staleness=2, **kw))
+    assert r.mean_step_s < wave.mean_step_s
+    assert r.mean_staleness <= 2
+
+
+def test_length_distributions_sample_their_shape_and_cap():
+    rng = np.random.default_rng(0)
+    x = LengthDist("lognormal", median=100, sigma=0.5, cap=10_000).sample(rng, 400, 16)
+    assert x.shape == (400, 16) and abs(np.median(x) - 100) < 3
+    capped = LengthDist("pareto", alpha=1.1, min=50, cap=300).sample(rng, 100, 8)
+    assert capped.min() >= 50 and capped.max() == 300
+    grouped = LengthDist("lognormal", median=100, sigma=0.1, group_sigma=1.0, cap=10**6).sample(rng, 200, 8)
+    within = np.log(grouped).std(axis=1).mean()
+    assert within < 0.15 and np.log(grouped).mean(axis=1).std() > 0.8  # groups differ, samples agree
+    emp = LengthDist("empirical", values=[3, 7], cap=5).sample(rng, 10, 10)
+    assert set(np.unique(emp)) == {3, 5}
+
+
+def test_bad_scenarios_name_the_key_and_the_file(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("engine:\n  overhed_s: 0.01\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml.*unknown config key 'engine.overhed_s'"):
+        load_scenario(f)
+    f.write_text("learner:\n  fixed_s: -2\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml.*'learner.fixed_s' must be >= 0"):
+        load_scenario(f)
+    f.write_text("workload:\n  lengths: {kind: zipf}\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml.*unknown distribution 'zipf'"):
+        load_scenario(f)
+    f.write_text("workload:\n  lengths: {kind: empirical}\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml.*needs values or a path"):
+        load_scenario(f)
+    f.write_text(f"workload:\n  lengths: {{kind: empirical, path: {tmp_path / 'none.txt'}}}\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml.*no such file"):
+        load_scenario(f)
+    f.write_text("schedule: {mode: async, max_staleness: 1}\n")
+    with pytest.raises(ConfigError, match="needs 'cluster.placement: disaggregated'"):
+        load_scenario(f)
+    f.write_text("cluster: {placement: disaggregated, gpus: 8, rollout_gpus: 8}\n")
+    with pytest.raises(ConfigError, match="rollout_gpus"):
+        load_scenario(f)
+    f.write_text("model: {params_b: 300}\n")
+    with pytest.raises(ConfigError, match="does not fit"):
+        load_scenario(f)
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text('12\n{"num_tokens": 30}\nseven\n')
+    with pytest.raises(ValueError, match="line 3"):
+        read_lengths(lengths)
