@@ -69,17 +69,27 @@ class SimFleet:
         self.now = 0.0
         self.cut_jobs: list[Job] = []
         self.syncs = 0
+        self.in_flight = 0  # jobs the engines hold (running or waiting)
+        self.touched: set[int] = set()  # engines sent work since the loop last looked
+        self.finished: list[Job] = []  # jobs that finished while an engine was advanced to `now`
 
     @property
     def idle(self) -> bool:
-        return all(e.held == 0 for e in self.engines)
+        return self.in_flight == 0
 
     def send(self, jobs: list[Job], divide: bool) -> None:
+        """Each group (each job, if `divide`) to the engine holding the fewest jobs."""
         units = [[j] for j in jobs] if divide else _by_group(jobs)
+        load = [(e.held, e.index) for e in self.engines]
+        heapq.heapify(load)
         for unit in units:
-            e = min(self.engines, key=lambda e: (e.held, e.index))
-            e.advance(self.now)
+            held, i = heapq.heappop(load)
+            e = self.engines[i]
+            self.finished += e.advance(self.now)
             e.submit(unit)
+            heapq.heappush(load, (e.held, i))
+            self.touched.add(i)
+        self.in_flight += len(jobs)
 
     def push(self, weights, version: int, skip: int | None = None) -> None:
         for e in self.engines:
@@ -97,7 +107,9 @@ class SimFleet:
 
     def cut(self) -> None:
         for e in self.engines:
-            self.cut_jobs += e.cut()
+            jobs = e.cut()
+            self.cut_jobs += jobs
+            self.in_flight -= len(jobs)
 
 
 def _by_group(jobs: list[Job]) -> list[list[Job]]:
@@ -168,6 +180,9 @@ class ClusterSim:
         self.first_admit: dict[int, float] = {}
         self.gen_s: list[float] = []
         self.switch = s.cluster.switch_s if s.cluster.placement == "colocated" else 0.0
+        self.dirty = True  # a group completed or an update ended: admission and consumption may move
+        self.purged_for = -1  # the update the complete groups were last checked for staleness against
+        self.new_complete: list[SimGroup] = []
 
     def _admission(self):
         name = self.s.schedule.admission
@@ -226,7 +241,15 @@ class ClusterSim:
             self.fleet.send(jobs, self.s.schedule.divide_groups)
 
     def _purge_stale(self, update: int) -> None:
-        for g in [g for g in self.groups.values() if g.admitted and g.complete]:
+        """The pipeline's purge, on the groups whose staleness may have changed: all complete ones when
+        the update index moved, else only those completed since the last look."""
+        if update != self.purged_for:
+            check = [g for g in self.groups.values() if g.admitted and g.complete]
+            self.purged_for = update
+        else:
+            check = [g for g in self.new_complete if g.id in self.groups]
+        self.new_complete = []
+        for g in check:
             for i, job in list(g.done.items()):
                 if (
                     self.bound.trainable(update, (job.v_min or 0, job.v_max or 0), self.s.schedule.stale)
@@ -239,13 +262,13 @@ class ClusterSim:
                 self.dropped += len(g.done)
                 del self.groups[g.id]
 
-    def _launch_update(self) -> None:
+    def _launch_update(self) -> bool:
         if self.started >= self.s.steps or self.pending:
-            return
+            return False
         self._purge_stale(self.started)
         groups: list[SimGroup] | None = self.consumption.take(list(self.groups.values()))
         if groups is None:
-            return
+            return False
         tokens = 0
         for g in groups:
             del self.groups[g.id]
@@ -263,12 +286,26 @@ class ClusterSim:
         self.learner_free_at = end
         self.pending.append((end, self.started + 1))
         self.started += 1
+        return True
 
     def _finish(self, jobs: list[Job]) -> None:
+        self.fleet.in_flight -= len(jobs)
         for job in jobs:
             g = job.group
             if isinstance(g, SimGroup) and g.id in self.groups:
                 g.done[job.sample_index] = job
+                if g.complete:
+                    self.new_complete.append(g)
+                    self.dirty = True
+
+    def _policies(self) -> None:
+        """The pipeline loop's turn: admit, launch an update if its batch is ready, admit into the room."""
+        self.dirty = False
+        self._admit()
+        if self._launch_update():
+            self._admit()
+        self._finish(self.fleet.finished)
+        self.fleet.finished = []
 
     # ---- the event loop ------------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -289,8 +326,16 @@ class ClusterSim:
             if t is not None:
                 heapq.heappush(heap, (t, epoch[e.index], e.index))
 
-        self._admit()
+        def refresh_touched(e: SimEngine | None = None) -> None:
+            for i in self.fleet.touched:
+                refresh_one(engines[i])
+            if e is not None and e.index not in self.fleet.touched:
+                refresh_one(e)
+            self.fleet.touched = set()
+
+        self._policies()
         refresh()
+        self.fleet.touched = set()
         guard = 0
         while self.version < self.s.steps:
             guard += 1
@@ -313,24 +358,22 @@ class ClusterSim:
                 self.version = version
                 self.update_ends.append(now)
                 self.weight_sync.on_update(self.fleet, None, version, self._resend_cut)
-                self._admit()
-                self._launch_update()
+                self._policies()
                 refresh()
+                self.fleet.touched = set()
                 continue
             _, _, idx = heapq.heappop(heap)
             e = engines[idx]
             self.fleet.now = t_engine
             self._finish(e.advance(t_engine))
             before = self.fleet.syncs
-            self._admit()
-            self._launch_update()
+            if self.dirty or (self.fleet.staged is not None and self.fleet.idle):
+                self._policies()
             if self.fleet.syncs != before:
                 refresh()
+                self.fleet.touched = set()
             else:
-                refresh_one(e)
-                for other in engines:  # the admission may have sent work to other engines
-                    if other is not e and other.waiting:
-                        refresh_one(other)
+                refresh_touched(e)
         return self._result()
 
     def _result(self) -> SimResult:
