@@ -179,3 +179,62 @@ def test_bad_scenarios_name_the_key_and_the_file(tmp_path):
     lengths.write_text('12\n{"num_tokens": 30}\nseven\n')
     with pytest.raises(ValueError, match="line 3"):
         read_lengths(lengths)
+
+
+def test_updates_per_step_split_a_step_into_streamed_updates():
+    one = simulate(scenario(steps=3))
+    four = simulate(scenario(steps=3, updates_per_step=4))
+    assert len(four.step_s) == 3 and four.tokens == one.tokens  # the same samples, in four batches
+    # the synchronous loop runs each quarter in turn: four generations (100 steps each), syncs and trainings
+    quarter = 0.2 + 100 * 0.01 + 8 * 116 / (1000.0 * 2)
+    assert four.step_s[1:] == pytest.approx([4 * quarter] * 2)
+    assert one.step_s[1:] == pytest.approx([0.2 + 1.0 + 32 * 116 / 2000.0] * 2)
+    with pytest.raises(ConfigError, match="updates_per_step.*must divide"):
+        scenario(updates_per_step=3)
+
+
+def test_a_scenario_file_with_variants_runs_each_against_its_measured_row(tmp_path, capsys):
+    import json
+
+    from schedrl.cli import main
+    from schedrl.sim.scenario import load_variants
+
+    f = tmp_path / "claim.yaml"
+    f.write_text(
+        "name: claim\nsteps: 3\nworkload: {prompts_per_step: 8, group_size: 4, prompt_tokens: 16,\n"
+        "  lengths: {kind: fixed, median: 100, cap: 100}, predictor_sigma: 0}\n"
+        "engine: {weights_s: 0, kv_token_s: 0, compute_token_s: 0, prefill_token_s: 0, overhead_s: 0.01}\n"
+        "learner: {tokens_per_s_per_gpu: 1000}\nsync: {seconds: 0.2}\n"
+        "variants:\n"
+        "  two: {set: {cluster.gpus: 2}, measured: {step_s: 3.0}}\n"
+        "  four: {set: {cluster.gpus: 4}, measured: {step_s: 2.0}}\n"
+    )
+    two, four = load_variants(f)
+    assert (two.name, two.cluster.gpus, two.measured) == ("claim: two", 2, {"step_s": 3.0})
+    assert four.cluster.gpus == 4
+    assert main(["simulate", str(f), "--json", "--out", str(tmp_path / "out")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    step = 0.2 + 1.0 + 32 * 116 / 2000.0  # sync: sync + generation + training on 2 GPUs
+    got = out["scenarios"][0]["measured"]["step_s"]
+    assert got["simulated"] == pytest.approx(step) and got["rel_error"] == pytest.approx((step - 3.0) / 3.0)
+    assert out["median_step_error"] == pytest.approx(
+        np.median([abs(step - 3.0) / 3.0, abs(out["scenarios"][1]["mean_step_s"] - 2.0) / 2.0])
+    )
+    assert (tmp_path / "out" / "two" / "timeline.html").is_file()
+    f.write_text("variants:\n  bad: {set: {cluster.gpuz: 2}}\n")
+    with pytest.raises(ConfigError, match=r"claim.yaml \(variant 'bad'\).*cluster.gpuz"):
+        load_variants(f)
+    assert main(["simulate", str(f)]) == 2  # the CLI prints the error, names the file
+    assert "gpuz" in capsys.readouterr().out
+
+
+def test_the_verl_scenario_reproduces_the_direction_of_the_claim():
+    """examples/sim/verl_fully_async.yaml: fully async is faster than colocated sync at every size."""
+    from pathlib import Path
+
+    from schedrl.sim.scenario import load_variants
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "sim" / "verl_fully_async.yaml"
+    rows = {s.name.split(": ")[-1]: simulate(s).mean_step_s for s in load_variants(path, ["steps=4"])}
+    for sync, fast in (("sync-32", "async-16-16"), ("sync-64", "async-32-32"), ("sync-128", "async-64-64")):
+        assert rows[fast] < rows[sync], rows

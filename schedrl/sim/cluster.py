@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from schedrl.engine.admission import FCFS
 from schedrl.orchestrate.consumption import CONSUMPTION
 from schedrl.orchestrate.staleness import StalenessBound, expected_update, may_admit
 from schedrl.orchestrate.weight_sync import WEIGHT_SYNC
@@ -162,7 +163,9 @@ class ClusterSim:
         self.fleet = SimFleet(engines, s.sync.sync_s(s.weight_bytes))
         # the pipeline's own policies, on duck-typed fleet and groups
         self.weight_sync: Any = WEIGHT_SYNC.get(sync_policy)()
-        self.per_step = s.workload.prompts_per_step * s.workload.group_size
+        self.updates = s.steps * s.updates_per_step
+        self.prompts = s.workload.prompts_per_step // s.updates_per_step  # per update
+        self.per_step = self.prompts * s.workload.group_size
         self.consumption: Any = CONSUMPTION.get(consumption)(self.per_step, sch.overprovision)
         self.bound = StalenessBound(k)
         self.groups: dict[str, SimGroup] = {}
@@ -187,19 +190,19 @@ class ClusterSim:
     def _admission(self):
         name = self.s.schedule.admission
         if name == "fcfs":
-            return LengthOrdered("fcfs", GivenPrediction())
+            return FCFS()  # the engine's own default
         return LengthOrdered(name, GivenPrediction())
 
     # ---- the pipeline's steps -------------------------------------------------------------------------
     def _issue_wave(self) -> None:
         w, wl = self.next_wave, self.s.workload
-        lengths = wl.lengths.sample(self.rng, wl.prompts_per_step, wl.group_size)
+        lengths = wl.lengths.sample(self.rng, self.prompts, wl.group_size)
         noise = (
             np.exp(self.rng.normal(0.0, wl.predictor_sigma, lengths.shape))
             if wl.predictor_sigma > 0
             else np.ones(lengths.shape)
         )
-        for g in range(wl.prompts_per_step):
+        for g in range(self.prompts):
             group = SimGroup(f"w{w}g{g}", w, [])
             group.requests = [
                 Job(
@@ -225,7 +228,7 @@ class ClusterSim:
                 self._issue_wave()
                 continue
             ahead, per_update = self.consumption.position(list(self.groups.values()), g)
-            if expected_update(self.started, ahead, per_update) >= self.s.steps or not may_admit(
+            if expected_update(self.started, ahead, per_update) >= self.updates or not may_admit(
                 self.started, ahead, per_update, self.fleet.version, self.k
             ):
                 break
@@ -263,7 +266,7 @@ class ClusterSim:
                 del self.groups[g.id]
 
     def _launch_update(self) -> bool:
-        if self.started >= self.s.steps or self.pending:
+        if self.started >= self.updates or self.pending:
             return False
         self._purge_stale(self.started)
         groups: list[SimGroup] | None = self.consumption.take(list(self.groups.values()))
@@ -276,8 +279,11 @@ class ClusterSim:
                 tokens += job.prompt + job.length
                 self.staleness.append(self.started - (job.v_min or 0))
         self.tokens_trained += tokens
-        waves = {g.wave for g in groups}
-        self.gen_s.append(self.fleet.now - min(self.first_admit.get(w, self.fleet.now) for w in waves))
+        if (
+            self.started + 1
+        ) % self.s.updates_per_step == 0:  # a step's generation: its first admission to now
+            first = self.started + 1 - self.s.updates_per_step
+            self.gen_s.append(self.fleet.now - self.first_admit.get(first, self.fleet.now))
         start = max(self.fleet.now, self.learner_free_at)
         train = self.s.learner.train_s(tokens, self.s.learner_gpus) + 2 * self.switch
         end = start + train
@@ -337,7 +343,7 @@ class ClusterSim:
         refresh()
         self.fleet.touched = set()
         guard = 0
-        while self.version < self.s.steps:
+        while self.version < self.updates:
             guard += 1
             if guard > 50_000_000:
                 raise RuntimeError("simulation did not finish (event budget spent)")
@@ -377,7 +383,8 @@ class ClusterSim:
         return self._result()
 
     def _result(self) -> SimResult:
-        ends = self.update_ends
+        ups = self.s.updates_per_step
+        ends = self.update_ends[ups - 1 :: ups]  # a step ends with its last update
         steps = [b - a for a, b in zip([0.0, *ends[:-1]], ends, strict=True)]
         tail = steps[self.s.warmup_steps :]
         mean = statistics.fmean(tail)

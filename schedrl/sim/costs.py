@@ -25,6 +25,7 @@ GPUS = {
     "h200": {"bandwidth_gbs": 4800.0, "tflops": 989.0},
     "h800": {"bandwidth_gbs": 3350.0, "tflops": 989.0},
     "a100": {"bandwidth_gbs": 2039.0, "tflops": 312.0},
+    "h20": {"bandwidth_gbs": 4000.0, "tflops": 148.0},
 }
 
 
@@ -88,9 +89,13 @@ class EngineCost:
 class LearnerCost:
     tokens_per_s_per_gpu: float = 2000.0  # training tokens (prompt + response) per second per device
     fixed_s: float = 0.0  # per update: optimizer step, logging, the non-scaling part
+    # passes besides the update (recomputed old log-probs, a reference model), as a fraction of its time
+    recompute_frac: float = 0.0
 
     def train_s(self, tokens: float, gpus: int) -> float:
-        return self.fixed_s + tokens / (self.tokens_per_s_per_gpu * max(gpus, 1))
+        return self.fixed_s + tokens * (1.0 + self.recompute_frac) / (
+            self.tokens_per_s_per_gpu * max(gpus, 1)
+        )
 
 
 @dataclass

@@ -203,7 +203,10 @@ class SimEngine:
                 taken.discard(i)
                 continue
             self._start(job)
-        self.waiting = [j for k, j in enumerate(self.waiting) if k not in taken]
+        if taken == set(range(len(taken))):  # a prefix (FCFS): one slice
+            self.waiting = self.waiting[len(taken) :]
+        else:
+            self.waiting = [j for k, j in enumerate(self.waiting) if k not in taken]
 
     def _start(self, job: Job) -> None:
         if job.v_min is None:

@@ -7,7 +7,9 @@ error naming the key and the file. Costs not given are derived from the model an
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -78,6 +80,9 @@ class Scenario:
     source: str = ""  # where the numbers come from
     steps: int = 6  # RL steps to simulate
     warmup_steps: int = 1  # steps left out of the means (the pipeline filling)
+    # learner updates per step: a step's prompts split into this many batches, each its own update and
+    # weight sync (streaming trainers, e.g. verl fully async's require_batches x mini-batch); k counts updates
+    updates_per_step: int = 1
     seed: int = 0
     model: ModelSection = field(default_factory=ModelSection)
     workload: WorkloadSection = field(default_factory=WorkloadSection)
@@ -130,6 +135,7 @@ class Scenario:
 
 _POSITIVE = (
     "steps",
+    "updates_per_step",
     "workload.prompts_per_step",
     "workload.group_size",
     "workload.prompt_tokens",
@@ -188,6 +194,11 @@ def scenario_from_dict(data: dict[str, Any], overrides=(), where: str = "scenari
             f"{where}: 'schedule.mode' async needs 'cluster.placement: disaggregated' (colocated engines and "
             "learner share devices, so they run in turn)"
         )
+    if s.workload.prompts_per_step % s.updates_per_step:
+        raise ConfigError(
+            f"{where}: 'updates_per_step' ({s.updates_per_step}) must divide 'workload.prompts_per_step' "
+            f"({s.workload.prompts_per_step})"
+        )
     if s.warmup_steps >= s.steps:
         raise ConfigError(f"{where}: 'warmup_steps' ({s.warmup_steps}) must be below 'steps' ({s.steps})")
     try:
@@ -199,5 +210,31 @@ def scenario_from_dict(data: dict[str, Any], overrides=(), where: str = "scenari
 
 
 def load_scenario(path: str | Path, overrides=()) -> Scenario:
-    """The scenario a YAML file holds (plus `a.b=c` overrides)."""
-    return scenario_from_dict(read_recipe(path), overrides, where=str(path))
+    """The scenario a YAML file holds (plus `a.b=c` overrides); a file with variants gives its first."""
+    return load_variants(path, overrides)[0]
+
+
+def load_variants(path: str | Path, overrides=()) -> list[Scenario]:
+    """Every scenario a YAML file holds: the base, or one per entry of its `variants:` mapping.
+
+    A variant is `{set: {dotted.key: value, ...}, measured: {...}}`: the base with those keys replaced
+    and its own measured figures (a row of a published table). Errors name the file and the variant.
+    """
+    data = read_recipe(path)
+    variants = data.pop("variants", None)
+    if variants is None:
+        return [scenario_from_dict(data, overrides, where=str(path))]
+    if not isinstance(variants, dict) or not variants:
+        raise ConfigError(f"{path}: 'variants' must be a mapping of name -> {{set: ..., measured: ...}}")
+    out = []
+    for name, v in variants.items():
+        where = f"{path} (variant {name!r})"
+        v = v or {}
+        if not isinstance(v, dict) or set(v) - {"set", "measured"}:
+            raise ConfigError(f"{where}: a variant holds only 'set' and 'measured', got {v!r}")
+        sets = [f"{k}={json.dumps(val)}" for k, val in (v.get("set") or {}).items()]
+        base = copy.deepcopy(data)
+        base["name"] = f"{data.get('name', 'scenario')}: {name}"
+        base["measured"] = dict(v.get("measured") or {})
+        out.append(scenario_from_dict(base, [*sets, *overrides], where=where))
+    return out
