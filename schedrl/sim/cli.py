@@ -69,6 +69,13 @@ def run_one(s: Scenario) -> tuple[SimResult, dict]:
     return r, summary
 
 
+def _cells(m: dict, key: str, value: float, width: int) -> str:
+    """The simulated figure, and the measured one with the relative error where there is one."""
+    if key not in m:
+        return f"{value:>{width}.4g}{'':>10}{'':>8}"
+    return f"{value:>{width}.4g}{m[key]['measured']:>10.4g}{m[key]['rel_error']:>+8.1%}"
+
+
 def run_simulate(args, console) -> int:
     scenarios = load_variants(args.scenario, args.overrides)
     results = [run_one(s) for s in scenarios]
@@ -97,15 +104,10 @@ def run_simulate(args, console) -> int:
         gpus = f"{c.gpus}" if c.placement == "colocated" else f"{c.rollout_gpus}:{c.gpus - c.rollout_gpus}"
         m = sm["measured"]
 
-        def cells(key: str, value: float, width: int) -> str:
-            if key not in m:
-                return f"{value:>{width}.4g}{'':>10}{'':>8}"
-            return f"{value:>{width}.4g}{m[key]['measured']:>10.4g}{m[key]['rel_error']:>+8.1%}"
-
         busy = f"{r.engine_busy_frac:.0%}/{r.learner_busy_frac:.0%}"
         lines.append(
-            f"{s.name.split(': ')[-1][:21]:<22}{schedule[:29]:<30}{gpus:>8}{cells('step_s', r.mean_step_s, 9)}"
-            f"{cells('gen_s', sm['gen_s'], 8)}{busy:>14}{r.mean_staleness:>7.2f}{r.dropped:>9}"
+            f"{s.name.split(': ')[-1][:21]:<22}{schedule[:29]:<30}{gpus:>8}{_cells(m, 'step_s', r.mean_step_s, 9)}"
+            f"{_cells(m, 'gen_s', sm['gen_s'], 8)}{busy:>14}{r.mean_staleness:>7.2f}{r.dropped:>9}"
         )
     console.print("\n".join(lines), soft_wrap=True, highlight=False, markup=False)
     wall = sum(sm["wall_s"] for _, sm in results)
