@@ -210,7 +210,20 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", default=None, help="HTML path (default: RUN_DIR/report.html)")
     report.set_defaults(fn=cmd_report)
     simulate = sub.add_parser("simulate", help=cmd_simulate.__doc__)
-    simulate.add_argument("scenario", help="a scenario YAML (examples/sim/)")
+    simulate.add_argument("scenario", nargs="?", default=None, help="a scenario YAML (examples/sim/)")
+    simulate.add_argument(
+        "--calibrate",
+        nargs="+",
+        default=None,
+        metavar="RUN_DIR",
+        help="fit the costs to the first run (a synchronous one); predict every run's schedule",
+    )
+    simulate.add_argument(
+        "--interference-from",
+        default=None,
+        metavar="RUN_DIR",
+        help="with --calibrate: an asynchronous run whose workers' slowdown on shared cores is fit too",
+    )
     simulate.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     simulate.add_argument(
         "--out", default=None, help="write timeline.jsonl, timeline.html and summary.json here"

@@ -238,3 +238,84 @@ def test_the_verl_scenario_reproduces_the_direction_of_the_claim():
     rows = {s.name.split(": ")[-1]: simulate(s).mean_step_s for s in load_variants(path, ["steps=4"])}
     for sync, fast in (("sync-32", "async-16-16"), ("sync-64", "async-32-32"), ("sync-128", "async-64-64")):
         assert rows[fast] < rows[sync], rows
+
+
+def fake_run(root, mode="sync", rows=12, base=0.002, per_row=1e-4, fixed=0.01, per_token=2e-5, **pipeline):
+    """A run directory whose metrics follow known costs exactly (gen_s = base x L + per_row x G ...)."""
+    import json
+
+    import yaml
+
+    root.mkdir(parents=True)
+    cfg = {
+        "seed": 0,
+        "task": {"name": "longtail"},
+        "sampling": {"prompts_per_step": 4, "group_size": 2, "max_new_tokens": 50},
+        "engine": {"max_concurrency": 64},
+        "pipeline": {"mode": mode, "max_staleness": 2, "consumption": "wave", "overprovision": 1.0,
+                     "weight_sync": "drain", "stale": "drop", "num_engines": 1, **pipeline},
+    }  # fmt: skip
+    (root / "config.yaml").write_text(yaml.safe_dump(cfg))
+    rng = np.random.default_rng(1)
+    lines = []
+    for step in range(1, rows + 1):
+        g, lmax = int(rng.integers(40, 200)), int(rng.integers(10, 50))
+        lines.append(
+            {
+                "step": step,
+                "gen_tokens": g,
+                "len_max": lmax,
+                "gen_s": base * lmax + per_row * g,
+                "train_s": fixed + per_token * (g + 8),
+                "step_s": 0.1,
+                "len_p10": 1,
+                "len_p50": 3,
+                "len_p90": 20,
+                "completion_len_mean": 6.0,
+            }  # fmt: skip
+        )
+    (root / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    spans = [{"worker": "engine", "kind": "decode", "start": 0.0, "end": 1.0},
+             {"worker": "learner", "kind": "weight-sync", "start": 1.0, "end": 1.25}]  # fmt: skip
+    (root / "timeline.jsonl").write_text("\n".join(json.dumps(s) for s in spans) + "\n")
+    return root
+
+
+def test_calibration_recovers_the_costs_a_run_was_made_with(tmp_path):
+    from schedrl.sim.calibrate import calibrate, length_sketch, read_run, variant_of
+
+    run = fake_run(tmp_path / "sync")
+    data = calibrate(run)
+    assert data["engine"]["overhead_s"] == pytest.approx(0.002) and data["engine"][
+        "compute_token_s"
+    ] == pytest.approx(1e-4)
+    assert data["learner"]["fixed_s"] == pytest.approx(0.01)
+    assert data["learner"]["tokens_per_s_per_gpu"] == pytest.approx(1 / 2e-5)
+    assert data["sync"]["seconds"] == pytest.approx(0.25)
+    sketch = length_sketch(read_run(run)[1])
+    assert np.mean(sketch) == pytest.approx(6.0, abs=0.1) and sketch[0] == 1 and max(sketch) <= 50
+    # a synchronous step of the calibrated scenario: generation (steps x base + rows x per_row) + training
+    s = scenario_from_dict(
+        {**data, "workload": {**data["workload"], "lengths": {"kind": "fixed", "median": 10, "cap": 50}}}
+    )
+    r = simulate(s)
+    assert r.step_s[-1] == pytest.approx(0.25 + 10 * 0.002 + 80 * 1e-4 + 0.01 + 2e-5 * 88)
+    other = variant_of(fake_run(tmp_path / "k2", mode="async"))
+    assert other["set"]["schedule.mode"] == "async" and other["set"]["schedule.max_staleness"] == 2
+    assert other["set"]["cluster.placement"] == "disaggregated"
+
+
+def test_calibration_names_the_run_and_what_it_lacks(tmp_path):
+    from schedrl.sim.calibrate import calibrate
+
+    with pytest.raises(ValueError, match="has no config.yaml"):
+        calibrate(tmp_path)
+    run = fake_run(tmp_path / "a", mode="async")
+    with pytest.raises(ValueError, match="is asynchronous"):
+        calibrate(run)
+    (run / "timeline.jsonl").unlink()
+    with pytest.raises(ValueError, match=r"'.*a' has no timeline.jsonl"):
+        calibrate(run)
+    short = fake_run(tmp_path / "b", rows=3)
+    with pytest.raises(ValueError, match="3 training steps"):
+        calibrate(short)

@@ -8,8 +8,10 @@ import statistics
 import time
 from pathlib import Path
 
+import yaml
+
 from schedrl.sim.cluster import SimResult, simulate
-from schedrl.sim.scenario import Scenario, load_variants
+from schedrl.sim.scenario import Scenario, load_variants, variants_from_dict
 from schedrl.timeline import TIMELINE_FILE, append_spans
 
 GANTT_ENGINES = 16  # engines drawn in the timeline (all of them count in the fractions)
@@ -77,7 +79,25 @@ def _cells(m: dict, key: str, value: float, width: int) -> str:
 
 
 def run_simulate(args, console) -> int:
-    scenarios = load_variants(args.scenario, args.overrides)
+    if args.calibrate:
+        from schedrl.sim.calibrate import calibrate, interference, variant_of
+
+        data = calibrate(args.calibrate[0])
+        if args.interference_from:
+            engine_f, learner_f = interference(args.calibrate[0], args.interference_from)
+            data["cluster"]["engine_interference"] = round(engine_f, 4)
+            data["cluster"]["learner_interference"] = round(learner_f, 4)
+        data["variants"] = {Path(run).name: variant_of(run) for run in args.calibrate}
+        if args.out:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            (Path(args.out) / "calibrated.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+        label = f"calibrated on {args.calibrate[0]}"
+        scenarios = variants_from_dict(data, args.overrides, label)
+    elif args.scenario is None:
+        raise ValueError("schedrl simulate needs a SCENARIO file or --calibrate RUN_DIR [RUN_DIR ...]")
+    else:
+        label = args.scenario
+        scenarios = load_variants(args.scenario, args.overrides)
     results = [run_one(s) for s in scenarios]
     errors = [abs(sm["measured"]["step_s"]["rel_error"]) for _, sm in results if "step_s" in sm["measured"]]
     if args.out:
@@ -94,7 +114,7 @@ def run_simulate(args, console) -> int:
     # plain columns: a rich table would fold them at 80 characters
     head = f"{'variant':<22}{'schedule':<30}{'GPUs':>8}{'step s':>9}{'measured':>10}{'error':>8}"
     head += f"{'gen s':>8}{'measured':>10}{'error':>8}{'busy eng/lrn':>14}{'stale':>7}{'dropped':>9}"
-    lines = [str(args.scenario), head]
+    lines = [str(label), head]
     for (r, sm), s in zip(results, scenarios, strict=True):
         sch, c = s.schedule, s.cluster
         schedule = (

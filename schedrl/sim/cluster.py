@@ -285,7 +285,9 @@ class ClusterSim:
             first = self.started + 1 - self.s.updates_per_step
             self.gen_s.append(self.fleet.now - self.first_admit.get(first, self.fleet.now))
         start = max(self.fleet.now, self.learner_free_at)
-        train = self.s.learner.train_s(tokens, self.s.learner_gpus) + 2 * self.switch
+        c = self.s.cluster
+        slow = c.learner_interference if c.placement == "disaggregated" else 1.0
+        train = self.s.learner.train_s(tokens, self.s.learner_gpus) * slow + 2 * self.switch
         end = start + train
         self.spans.append(Span("learner", "train", start, end))
         self.learner_busy += train

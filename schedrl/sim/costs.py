@@ -8,6 +8,7 @@ which also prefills `p` new prompt tokens, takes the roofline time
 the larger of the memory time (stream the weights once, and every cached key and value) and the
 compute time of its `b` decode tokens, plus the prefill's compute. `EngineCost.from_hardware` derives
 the coefficients from a model and a GPU (bandwidth, FLOP/s, and the fractions of each achieved);
+with `combine: sum` the two terms add (a CPU, which overlaps neither);
 a scenario may give them directly, or a calibration fits them to a run's timings.
 
 A training step on `g` devices over `T` tokens (prompts and responses) takes
@@ -38,10 +39,15 @@ class EngineCost:
     prefill_token_s: float = 0.0  # per prefilled prompt token
     max_batch: int = 256  # running requests per engine
     kv_capacity_tokens: int = 0  # keys/values an engine holds (0: no limit beyond max_batch)
+    # how the memory and compute terms combine: "max" (a GPU overlaps them: the roofline) or "sum"
+    # (a CPU does not: the additive cost `StepCost` fits on the built-in engine)
+    combine: str = "max"
 
     def step_s(self, batch: int, ctx: float, prefill: float = 0.0) -> float:
         memory = self.weights_s + self.kv_token_s * ctx
-        return self.overhead_s + max(memory, self.compute_token_s * batch) + self.prefill_token_s * prefill
+        compute = self.compute_token_s * batch
+        both = memory + compute if self.combine == "sum" else max(memory, compute)
+        return self.overhead_s + both + self.prefill_token_s * prefill
 
     @classmethod
     def from_hardware(

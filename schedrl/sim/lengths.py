@@ -7,7 +7,8 @@ factor exp(N(0, group_sigma)) and every sample multiplies its own draw by it. Th
     pareto      min x (1 + Lomax(alpha))                  (alpha > 1 for a finite mean)
     fixed       median                                    (every sample the same)
     empirical   resampled from `values` or a file of lengths (one integer per line, or a run's
-                `samples.jsonl` rows with `num_tokens`)
+                `samples.jsonl` rows with `num_tokens`); with `per_group`, once per group, each
+                sample that draw x exp(N(0, sigma))
 
 Every draw is rounded and clipped to [1, cap]: the response cap of the run.
 """
@@ -15,7 +16,7 @@ Every draw is rounded and clipped to [1, cap]: the response cap of the run.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,8 +37,10 @@ class LengthDist:
     min: float = 64.0  # pareto: the smallest length
     cap: int = 4096  # the response cap: no sample is longer
     group_sigma: float = 0.0  # the spread of log length between prompt groups
-    values: list[int] = field(default_factory=list)  # empirical: the lengths to resample
+    values: tuple[int, ...] = ()  # empirical: the lengths to resample
     path: str | None = None  # empirical: a file of lengths (read once)
+    # empirical: one draw per group, each sample that draw x exp(N(0, sigma)) (a task sets the length)
+    per_group: bool = False
 
     def check(self, where: str = "lengths") -> None:
         def bad(key: str, why: str) -> DistributionError:
@@ -57,7 +60,7 @@ class LengthDist:
             raise bad("alpha" if self.alpha <= 0 else "min", "must be > 0")
         if self.kind == "empirical":
             if self.path is not None and not self.values:
-                self.values = read_lengths(self.path, where)
+                self.values = tuple(read_lengths(self.path, where))
             if not self.values:
                 raise bad(
                     "values", "an empirical distribution needs values or a path with at least one length"
@@ -74,6 +77,9 @@ class LengthDist:
             x = self.min * (1.0 + rng.pareto(self.alpha, shape))
         elif self.kind == "fixed":
             x = np.full(shape, float(self.median))
+        elif self.per_group:
+            base = rng.choice(np.asarray(self.values, dtype=float), (groups, 1))
+            x = base * np.exp(rng.normal(0.0, self.sigma, shape))
         else:
             x = rng.choice(np.asarray(self.values, dtype=float), shape)
         if self.group_sigma > 0:

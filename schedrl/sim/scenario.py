@@ -45,6 +45,10 @@ class ClusterSection:
     placement: Literal["colocated", "disaggregated"] = "colocated"
     rollout_gpus: int = 0  # disaggregated: GPUs of the engines; the rest train
     switch_s: float = 0.0  # colocated: seconds to swap generation and training states, each way
+    # disaggregated on shared hosts (the threads backend: workers share cores, memory bandwidth and the
+    # GIL): how much slower an engine step and an update run than alone; 1.0 where devices are separate
+    engine_interference: float = 1.0
+    learner_interference: float = 1.0
 
 
 @dataclass
@@ -60,6 +64,7 @@ class EngineSection:
     compute_token_s: float | None = None
     prefill_token_s: float | None = None
     kv_capacity_tokens: int | None = None
+    combine: Literal["max", "sum"] = "max"  # sum: memory and compute time add (a CPU)
 
 
 @dataclass
@@ -130,7 +135,19 @@ class Scenario:
         )
         given = {k: getattr(e, k) for k in ("weights_s", "kv_token_s", "compute_token_s", "prefill_token_s")}
         given["kv_capacity_tokens"] = e.kv_capacity_tokens
-        return dataclasses.replace(cost, **{k: v for k, v in given.items() if v is not None})
+        given["combine"] = e.combine
+        cost = dataclasses.replace(cost, **{k: v for k, v in given.items() if v is not None})
+        f = c.engine_interference if c.placement == "disaggregated" else 1.0
+        if f != 1.0:
+            cost = dataclasses.replace(
+                cost,
+                overhead_s=cost.overhead_s * f,
+                weights_s=cost.weights_s * f,
+                kv_token_s=cost.kv_token_s * f,
+                compute_token_s=cost.compute_token_s * f,
+                prefill_token_s=cost.prefill_token_s * f,
+            )
+        return cost
 
 
 _POSITIVE = (
@@ -220,7 +237,12 @@ def load_variants(path: str | Path, overrides=()) -> list[Scenario]:
     A variant is `{set: {dotted.key: value, ...}, measured: {...}}`: the base with those keys replaced
     and its own measured figures (a row of a published table). Errors name the file and the variant.
     """
-    data = read_recipe(path)
+    return variants_from_dict(read_recipe(path), overrides, str(path))
+
+
+def variants_from_dict(data: dict[str, Any], overrides=(), path: str = "scenario") -> list[Scenario]:
+    """`load_variants` of a mapping; `path` names it in errors."""
+    data = dict(data)
     variants = data.pop("variants", None)
     if variants is None:
         return [scenario_from_dict(data, overrides, where=str(path))]
