@@ -129,9 +129,13 @@ def test_every_recipe_runs_as_shipped(tmp_path, recipe):
             pytest.skip("needs schedrl[jssp]; tests/test_jobshop.py runs its recipe in .venv-jssp")
         steps = data["env"].get("num_envs", 8) * data["ppo"]["n_steps"] * 2
         short = [f"total_steps={steps}", "save_every=0", f"out_dir={tmp_path}", "name=run", "eval.episodes=2"]
+        if data.get("pretrain", {}).get("teacher"):  # behaviour cloning first: a short one
+            short += ["pretrain.decisions=128", "pretrain.epochs=1"]
         summary = _finish(_train(ROOT, str(recipe), *_overrides(short)))
         rows = read_metrics(Path(summary["run_dir"]) / "metrics.jsonl")
         assert [r["step"] for r in rows if "env_steps" in r] == [1, 2]
+        if data.get("pretrain", {}).get("teacher"):
+            assert any("pretrain/agreement" in r for r in rows)
         return
     if data.get("engine", {}).get("backend") == "vllm" and importlib.util.find_spec("vllm") is None:
         pytest.skip("needs the vllm extra; tests/test_vllm_engine.py runs its recipe in .venv-vllm")
