@@ -204,7 +204,7 @@ def test_config_names_the_admission_field_and_valid_choices():
     cfg = config_from_dict({"engine": {"admission": "lpt", "admission_args": {"predictor": "history"}}})
     assert cfg.engine.admission == "lpt" and cfg.engine.admission_args == {"predictor": "history"}
     with pytest.raises(
-        ConfigError, match="'engine.admission' must be one of fcfs, fcfs_guarded, lpt, past_future"
+        ConfigError, match="'engine.admission' must be one of fcfs, fcfs_guarded, learned, lpt, past_future"
     ):
         config_from_dict({"engine": {"admission": "longest"}})
     with pytest.raises(ConfigError, match="'engine.admission_args'.*unknown length predictor 'oracle'"):
