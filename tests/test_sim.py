@@ -151,30 +151,23 @@ def test_length_distributions_sample_their_shape_and_cap():
 
 def test_bad_scenarios_name_the_key_and_the_file(tmp_path):
     f = tmp_path / "bad.yaml"
-    f.write_text("engine:\n  overhed_s: 0.01\n")
-    with pytest.raises(ConfigError, match=r"bad.yaml.*unknown config key 'engine.overhed_s'"):
-        load_scenario(f)
-    f.write_text("learner:\n  fixed_s: -2\n")
-    with pytest.raises(ConfigError, match=r"bad.yaml.*'learner.fixed_s' must be >= 0"):
-        load_scenario(f)
-    f.write_text("workload:\n  lengths: {kind: zipf}\n")
-    with pytest.raises(ConfigError, match=r"bad.yaml.*unknown distribution 'zipf'"):
-        load_scenario(f)
-    f.write_text("workload:\n  lengths: {kind: empirical}\n")
-    with pytest.raises(ConfigError, match=r"bad.yaml.*needs values or a path"):
-        load_scenario(f)
-    f.write_text(f"workload:\n  lengths: {{kind: empirical, path: {tmp_path / 'none.txt'}}}\n")
-    with pytest.raises(ConfigError, match=r"bad.yaml.*no such file"):
-        load_scenario(f)
-    f.write_text("schedule: {mode: async, max_staleness: 1}\n")
-    with pytest.raises(ConfigError, match="needs 'cluster.placement: disaggregated'"):
-        load_scenario(f)
-    f.write_text("cluster: {placement: disaggregated, gpus: 8, rollout_gpus: 8}\n")
-    with pytest.raises(ConfigError, match="rollout_gpus"):
-        load_scenario(f)
-    f.write_text("model: {params_b: 300}\n")
-    with pytest.raises(ConfigError, match="does not fit"):
-        load_scenario(f)
+    cases = [
+        ("engine:\n  overhed_s: 0.01\n", r"bad.yaml.*unknown config key 'engine.overhed_s'"),
+        ("learner:\n  fixed_s: -2\n", r"bad.yaml.*'learner.fixed_s' must be >= 0"),
+        ("workload:\n  lengths: {kind: zipf}\n", r"bad.yaml.*unknown distribution 'zipf'"),
+        ("workload:\n  lengths: {kind: empirical}\n", r"bad.yaml.*needs values or a path"),
+        (
+            f"workload:\n  lengths: {{kind: empirical, path: {tmp_path / 'none.txt'}}}\n",
+            r"bad.yaml.*no such file",
+        ),
+        ("schedule: {mode: async, max_staleness: 1}\n", "needs 'cluster.placement: disaggregated'"),
+        ("cluster: {placement: disaggregated, gpus: 8, rollout_gpus: 8}\n", "rollout_gpus"),
+        ("model: {params_b: 300}\n", "does not fit"),
+    ]
+    for text, message in cases:
+        f.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            load_scenario(f)
     lengths = tmp_path / "lengths.txt"
     lengths.write_text('12\n{"num_tokens": 30}\nseven\n')
     with pytest.raises(ValueError, match="line 3"):

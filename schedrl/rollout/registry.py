@@ -52,6 +52,13 @@ def _no_args(name: str, cls: type) -> Callable[..., AdmissionPolicy]:
     return build
 
 
+def _refuse_unknown(name: str, unknown: dict, valid: str) -> None:
+    if unknown:
+        raise ValueError(
+            f"admission policy {name!r}: unknown argument(s) {', '.join(sorted(unknown))}; valid: {valid}"
+        )
+
+
 def _length_ordered(name: str, order: str) -> Callable[..., AdmissionPolicy]:
     def build(
         predictor: str = "sibling",
@@ -59,11 +66,7 @@ def _length_ordered(name: str, order: str) -> Callable[..., AdmissionPolicy]:
         max_wait_steps: int = 1024,
         **unknown: Any,
     ) -> AdmissionPolicy:
-        if unknown:
-            raise ValueError(
-                f"admission policy {name!r}: unknown argument(s) {', '.join(sorted(unknown))}; "
-                "valid: predictor, predictor_args, max_wait_steps"
-            )
+        _refuse_unknown(name, unknown, "predictor, predictor_args, max_wait_steps")
         return LengthOrdered(order, make_predictor(predictor, **(predictor_args or {})), max_wait_steps)
 
     return build
@@ -84,11 +87,7 @@ def _learned(
 ) -> AdmissionPolicy:
     from schedrl.rollout.learned import LearnedAdmission  # torch policy loading, only when asked for
 
-    if unknown:
-        raise ValueError(
-            f"admission policy 'learned': unknown argument(s) {', '.join(sorted(unknown))}; "
-            "valid: checkpoint, predictor, predictor_args, max_waiting"
-        )
+    _refuse_unknown("learned", unknown, "checkpoint, predictor, predictor_args, max_waiting")
     if checkpoint is None:
         raise ValueError(
             "admission policy 'learned' needs checkpoint (a policy file or a classic run directory)"

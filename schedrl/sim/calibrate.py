@@ -59,8 +59,10 @@ def _nonneg_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.maximum(coef, 0.0)
 
 
-def read_run(run_dir: str | Path, needed: tuple[str, ...] = NEEDED) -> tuple[dict, list[dict], list]:
-    """(config, training rows after warm-up, timeline spans) of a run; errors name what is missing."""
+def read_run(
+    run_dir: str | Path, needed: tuple[str, ...] = NEEDED, warmup: int = WARMUP_ROWS
+) -> tuple[dict, list[dict], list]:
+    """(config, training rows after `warmup`, timeline spans) of a run; errors name what is missing."""
     root = Path(run_dir)
     for name in ("config.yaml", "metrics.jsonl", TIMELINE_FILE):
         if not (root / name).is_file():
@@ -76,7 +78,7 @@ def read_run(run_dir: str | Path, needed: tuple[str, ...] = NEEDED) -> tuple[dic
     missing = [k for k in needed if k not in rows[-1]]
     if missing:
         raise ValueError(f"run {str(root)!r}: metrics.jsonl lacks {', '.join(missing)}")
-    return cfg, rows[WARMUP_ROWS:], read_spans(root / TIMELINE_FILE)
+    return cfg, rows[warmup:], read_spans(root / TIMELINE_FILE)
 
 
 def schedule_of(cfg: dict) -> tuple[dict, dict]:
@@ -201,7 +203,7 @@ def variant_of(run_dir: str | Path) -> dict[str, Any]:
 def interference(sync_run: str | Path, async_run: str | Path) -> tuple[float, float]:
     """(engine, learner) slowdown of `async_run`'s workers against `sync_run`'s, per token."""
     _, sync_rows, _ = read_run(sync_run)
-    cfg, rows, spans = read_run(async_run, needed=("gen_tokens", "train_s"))
+    cfg, rows, spans = read_run(async_run, needed=("gen_tokens", "train_s"), warmup=0)
     if cfg["pipeline"]["mode"] == "sync":
         raise ValueError(
             f"run {str(async_run)!r} is synchronous: interference is measured on an asynchronous run"
@@ -211,10 +213,10 @@ def interference(sync_run: str | Path, async_run: str | Path) -> tuple[float, fl
     )
     if busy <= 0:
         raise ValueError(f"run {str(async_run)!r}: its timeline has no engine decode or prefill spans")
-    # the async timeline covers every step, the rows the steps after warm-up: compare per token over all
-    all_async = [r for r in read_metrics(Path(async_run) / "metrics.jsonl") if "gen_tokens" in r]
-    engine_async = busy / sum(r["gen_tokens"] for r in all_async)
+    # the async timeline covers every step, so its engine is compared per token over every row
+    engine_async = busy / sum(r["gen_tokens"] for r in rows)
     engine_sync = sum(r["gen_s"] for r in sync_rows) / sum(r["gen_tokens"] for r in sync_rows)
-    learner_async = sum(r["train_s"] for r in rows) / sum(r["gen_tokens"] for r in rows)
+    warm = rows[WARMUP_ROWS:]
+    learner_async = sum(r["train_s"] for r in warm) / sum(r["gen_tokens"] for r in warm)
     learner_sync = sum(r["train_s"] for r in sync_rows) / sum(r["gen_tokens"] for r in sync_rows)
     return engine_async / engine_sync, learner_async / learner_sync

@@ -39,8 +39,6 @@ class Job:
     v_min: int | None = None  # the oldest and newest policy versions among its tokens
     v_max: int | None = None
     priority: float = 0.0
-    prefix_logprobs: tuple = ()
-    params: object = None
 
     @property
     def group_id(self) -> str:
@@ -53,10 +51,6 @@ class Job:
     @property
     def prefix_ids(self) -> range:  # only its length is read
         return range(self.generated)
-
-    @property
-    def prompt_ids(self) -> range:
-        return range(self.prompt)
 
 
 @dataclass
@@ -95,10 +89,6 @@ class SimEngine:
     @property
     def running_ids(self) -> list[str]:
         return list(self.running)
-
-    @property
-    def config(self):
-        return self.cost  # max_batch stands for max_concurrency
 
     @property
     def held(self) -> int:
