@@ -22,6 +22,7 @@ from schedrl.envs.scheduling.jssp_text import JobShopTextTask
 from schedrl.envs.scheduling.lis import LISTask
 from schedrl.envs.scheduling.mix import ScheduleMix
 from schedrl.envs.scheduling.rcpsp import RCPSPTask
+from schedrl.envs.scheduling.repair import RepairEnv
 from schedrl.envs.tiered import TieredMix
 from schedrl.envs.tool_env import tool_env
 from schedrl.envs.user import FileTask
@@ -54,6 +55,7 @@ ENVIRONMENTS: Registry[Callable[..., Environment]] = Registry("environment")
 ENVIRONMENTS.add("single_turn", SingleTurnEnv, "the prompt, one completion, the task's reward")
 ENVIRONMENTS.add("tools", tool_env, "turns that call tools (env_args.tools) until one answers")
 ENVIRONMENTS.add("guess", GuessEnv, "the higher/lower game of the guess task: a guess per turn")
+ENVIRONMENTS.add("repair", RepairEnv, "answers to a scheduling task, each infeasible one told its violation")
 
 
 def make_env(name: str, source: TaskSource, **kwargs: Any) -> Environment:
