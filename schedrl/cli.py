@@ -229,6 +229,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", default=None, help="write timeline.jsonl, timeline.html and summary.json here"
     )
     simulate.add_argument("--json", action="store_true", help="print the summary as one JSON line only")
+    simulate.add_argument(
+        "--search",
+        action="store_true",
+        help="rank schedules for the cluster of --variant by simulated step time; print the best",
+    )
+    simulate.add_argument(
+        "--variant", default=None, help="with --search: the variant whose cluster is searched"
+    )
+    simulate.add_argument(
+        "--bound",
+        type=int,
+        default=None,
+        help="with --search: the staleness bound (default: the variant's k)",
+    )
     simulate.set_defaults(fn=cmd_simulate)
     compare = sub.add_parser("compare", help=cmd_compare.__doc__)
     compare.add_argument("run_dirs", nargs="+")

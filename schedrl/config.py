@@ -157,8 +157,9 @@ class PipelineConfig:
     staleness_max: int = 4  # auto: upper bound of k
     auto_low: float = 0.002  # auto: grow k while the behaviour-vs-learner KL stays below this
     auto_high: float = 0.01  # auto: shrink k when the KL goes above this
-    # tokens beyond k: drop their sample, or keep them as context only
-    stale: Literal["drop", "mask"] = "drop"
+    # tokens beyond k: drop their sample, keep them as context only (mask), or train on them (keep: k bounds
+    # admission only, as APRIL's partial rollouts, which resume a sample across updates and train it whole)
+    stale: Literal["drop", "mask", "keep"] = "drop"
     # when new weights reach the engines: drain (after they finish what they hold), inflight (between decode
     # steps, PipelineRL), cut_resume (cut every request, resume each from its prefix, APRIL)
     weight_sync: str = "drain"

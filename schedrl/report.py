@@ -55,8 +55,9 @@ def _idle_table(fractions: dict[str, dict[str, float]]) -> list[tuple[str, float
     return [(w, row["busy_s"], row["idle_frac"], row["active_idle_frac"]) for w, row in fractions.items()]
 
 
-def write_report(run_dir: str | Path) -> dict[str, dict[str, float]]:
-    """Draw the timeline of `run_dir`; returns per-worker busy seconds and idle fractions."""
+def write_report(run_dir: str | Path, extra_html: str = "") -> dict[str, dict[str, float]]:
+    """Draw the timeline of `run_dir` (with `extra_html`, a section of the page after the chart);
+    returns per-worker busy seconds and idle fractions."""
     run_dir = Path(run_dir)
     path = run_dir / TIMELINE_FILE
     if not path.is_file():
@@ -72,11 +73,13 @@ def write_report(run_dir: str | Path) -> dict[str, dict[str, float]]:
     import matplotlib.pyplot as plt
 
     plt.close(fig)
-    (run_dir / "timeline.html").write_text(_html(run_dir.name, svg.getvalue(), spans, fractions))
+    (run_dir / "timeline.html").write_text(_html(run_dir.name, svg.getvalue(), spans, fractions, extra_html))
     return fractions
 
 
-def _html(title: str, svg: str, spans: list[Span], fractions: dict[str, dict[str, float]]) -> str:
+def _html(
+    title: str, svg: str, spans: list[Span], fractions: dict[str, dict[str, float]], extra_html: str = ""
+) -> str:
     t0 = min(s.start for s in spans)
     rows = "".join(
         f"<tr><td>{html.escape(w)}</td><td>{busy:.2f}</td><td>{idle:.1%}</td><td>{active:.1%}</td></tr>"
@@ -92,7 +95,7 @@ def _html(title: str, svg: str, spans: list[Span], fractions: dict[str, dict[str
 <html><head><meta charset="utf-8"><title>schedrl timeline: {html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}details{{margin-top:1em}}</style></head>
-<body><h1>Timeline: {html.escape(title)}</h1>{svg}
+<body><h1>Timeline: {html.escape(title)}</h1>{svg}{extra_html}
 <h2>Idle fraction per worker</h2>
 <p>idle: over the whole run; idle while active: between the worker's first and last busy span.</p>
 <table><tr><th>worker</th><th>busy s</th><th>idle</th><th>idle while active</th></tr>{rows}</table>

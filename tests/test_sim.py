@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -160,7 +162,6 @@ def test_bad_scenarios_name_the_key_and_the_file(tmp_path):
             f"workload:\n  lengths: {{kind: empirical, path: {tmp_path / 'none.txt'}}}\n",
             r"bad.yaml.*no such file",
         ),
-        ("schedule: {mode: async, max_staleness: 1}\n", "needs 'cluster.placement: disaggregated'"),
         ("cluster: {placement: disaggregated, gpus: 8, rollout_gpus: 8}\n", "rollout_gpus"),
         ("model: {params_b: 300}\n", "does not fit"),
     ]
@@ -312,3 +313,92 @@ def test_calibration_names_the_run_and_what_it_lacks(tmp_path):
     short = fake_run(tmp_path / "b", rows=3)
     with pytest.raises(ValueError, match="3 training steps"):
         calibrate(short)
+
+
+APRIL = {"schedule__mode": "async", "schedule__max_staleness": 0, "schedule__consumption": "partial",
+         "schedule__overprovision": 2.0, "schedule__weight_sync": "cut_resume"}  # fmt: skip
+TAIL = {"workload__lengths": {"kind": "lognormal", "median": 200, "sigma": 1.0, "cap": 4000}, "steps": 6}
+
+
+def test_colocated_partial_rollouts_give_the_devices_to_the_learner_and_resume_after():
+    sync = simulate(scenario(**TAIL))
+    april = simulate(scenario(schedule__stale="keep", **APRIL, **TAIL))
+    train = [(sp.start, sp.end) for sp in april.spans if sp.worker == "learner"]
+    decode = [(sp.start, sp.end) for sp in april.spans if sp.kind == "decode"]
+    # colocated: no engine decodes while the learner trains, and every engine is held for it
+    assert not any(a + 1e-9 < e and s + 1e-9 < b for a, b in train for s, e in decode)
+    assert sum(sp.kind == "offload" for sp in april.spans) == len(train) * 2  # both engines, each update
+    # the long tail no longer holds a step: more tokens per second of rollout, shorter steps
+    assert april.rollout_tokens_per_s > 1.3 * sync.rollout_tokens_per_s
+    assert april.mean_step_s < sync.mean_step_s
+    # cut samples resume after the update and train whole (`keep`): older tokens, none dropped ...
+    assert april.dropped == 0 and april.mean_staleness > 0
+    # ... where `drop` at the same k = 0 throws each resumed sample away
+    assert simulate(scenario(**APRIL, **TAIL)).dropped > 0
+
+
+def test_claims_compare_simulated_and_published_ratios(tmp_path, capsys):
+    import json
+
+    from schedrl.cli import main
+
+    f = tmp_path / "april.yaml"
+    f.write_text(
+        "steps: 6\nwarmup_steps: 1\nworkload: {prompts_per_step: 8, group_size: 4, prompt_tokens: 16, predictor_sigma: 0,\n"
+        "  lengths: {kind: lognormal, median: 200, sigma: 1.0, cap: 4000}}\n"
+        "cluster: {gpus: 2}\nengine: {weights_s: 0, kv_token_s: 0, compute_token_s: 0, prefill_token_s: 0, overhead_s: 0.01}\n"
+        "learner: {tokens_per_s_per_gpu: 1000}\nsync: {seconds: 0.2}\n"
+        "variants:\n  sync: {}\n  april: {set: {schedule.mode: async, schedule.consumption: partial, "
+        "schedule.overprovision: 2.0, schedule.weight_sync: cut_resume, schedule.stale: keep}}\n"
+        "claims:\n  faster rollouts: {metric: rollout_tokens_per_s, variant: april, over: sync, published: 1.5}\n"
+    )
+    assert main(["simulate", str(f), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    sync, april = (s["rollout_tokens_per_s"] for s in out["scenarios"])
+    (claim,) = out["claims"]
+    assert claim["simulated"] == pytest.approx(april / sync, rel=1e-3) and claim["direction"]
+    assert claim["rel_error"] == pytest.approx(claim["simulated"] / 1.5 - 1, abs=1e-3)
+    text = f.read_text()
+    for old, new, message in (
+        ("over: sync", "over: nosuch", r"april.yaml \(claim 'faster rollouts'\).*'over' must name a variant"),
+        ("metric: rollout_tokens_per_s", "metric: step_s", r"'metric' must be one of steps_per_s"),
+        ("published: 1.5", "published: -1", r"'published' must be a ratio > 0"),
+    ):
+        f.write_text(text.replace(old, new))
+        assert main(["simulate", str(f)]) == 2
+        assert re.search(message, capsys.readouterr().out.replace("\n", " ")), message
+
+
+def test_the_search_beats_the_published_policies_within_the_bound(tmp_path, capsys):
+    import json
+
+    from schedrl.cli import main
+
+    f = tmp_path / "split.yaml"
+    f.write_text(
+        "steps: 6\nwarmup_steps: 1\nworkload: {prompts_per_step: 16, group_size: 4, prompt_tokens: 16, predictor_sigma: 0,\n"
+        "  lengths: {kind: lognormal, median: 200, sigma: 1.0, cap: 4000}}\n"
+        "cluster: {gpus: 8}\nengine: {weights_s: 0, kv_token_s: 0, compute_token_s: 0, prefill_token_s: 0, overhead_s: 0.01}\n"
+        "learner: {tokens_per_s_per_gpu: 300}\nsync: {seconds: 0.2}\n"
+        "variants:\n  sync: {}\n  async: {set: {schedule.mode: async, schedule.max_staleness: 1, "
+        "cluster.placement: disaggregated, cluster.rollout_gpus: 4}}\n"
+    )
+    assert (
+        main(["simulate", str(f), "--search", "--variant", "async", "--json", "--out", str(tmp_path / "o")])
+        == 0
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert out["bound"] == 1 and out["best_published"]["variant"] in ("sync", "async")
+    ranked = [r for r in out["ranking"] if not r["rank"].startswith("published")]
+    steps = [r["step_s"] for r in out["ranking"][: len(ranked)]]
+    assert steps == sorted(steps) and out["search_vs_best_published"] >= 1.0
+    assert out["search_vs_best_published"] == pytest.approx(out["ranking"][0]["vs_best_published"], rel=1e-3)
+    assert all("k=2" not in r["schedule"] for r in out["ranking"])  # never past the bound
+    # the best found, simulated again from its --set lines, takes the step time the search reported
+    from schedrl.sim.scenario import load_variants
+
+    (again,) = [s for s in load_variants(f, out["best"]["set"]) if s.name.endswith("async")]
+    assert simulate(again).mean_step_s == pytest.approx(out["best"]["mean_step_s"], rel=1e-3)
+    assert "Schedules ranked" in (tmp_path / "o" / "timeline.html").read_text()
+    assert main(["simulate", str(f), "--search", "--variant", "nosuch"]) == 2
+    assert "has the variants sync, async" in capsys.readouterr().out

@@ -70,4 +70,7 @@ def test_context_tokens_are_not_judged_by_staleness():
     assert bound.trainable(5, versions[:4], "drop", trained[:4]) == [True, False, False, True]
     assert bound.trainable(5, versions, "drop", trained) is None  # version 3 is 2 > k old
     assert bound.trainable(5, versions, "mask", trained) == [True, False, False, True, False]
+    # keep: k bounds admission only; every model token trains, however old (APRIL's resumed samples)
+    assert bound.trainable(5, versions, "keep", trained) == trained
+    assert bound.trainable(9, [0, 1], "keep") == [True, True]
     assert bound.trainable(5, [5, 4], "drop") == [True, True]

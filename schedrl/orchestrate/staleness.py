@@ -57,11 +57,15 @@ class StalenessBound:
         self, update: int, versions: Sequence[int], stale: str = "drop", trained: Sequence[bool] | None = None
     ) -> list[bool] | None:
         """Per-token trained mask of a sample at `update`, or None when the sample must be dropped:
-        with `stale` "drop" every model token must be fresh, with "mask" stale ones stay as context only.
+        with `stale` "drop" every model token must be fresh, with "mask" stale ones stay as context only,
+        with "keep" every token trains whatever its age (k bounds admission only: APRIL's partial rollouts
+        resume a sample across updates and train it whole, off-policy by the versions it spans).
         `trained` marks the model's tokens (None: all are); the others (a tool's, the environment's) are
         context whatever their version."""
         fresh = self.fresh_mask(update, versions)
         model = list(trained) if trained is not None else [True] * len(fresh)
+        if stale == "keep":
+            return model
         judged = [f for f, m in zip(fresh, model, strict=True) if m]
         if all(judged) or (stale == "mask" and any(judged)):
             return [f and m for f, m in zip(fresh, model, strict=True)]

@@ -10,8 +10,16 @@ from pathlib import Path
 
 import yaml
 
+from schedrl.config import read_recipe
 from schedrl.sim.cluster import SimResult, simulate
-from schedrl.sim.scenario import Scenario, load_variants, variants_from_dict
+from schedrl.sim.scenario import (
+    Claim,
+    Scenario,
+    claims_from_dict,
+    scenario_from_dict,
+    variant_sources,
+    variants_from_dict,
+)
 from schedrl.timeline import TIMELINE_FILE, append_spans
 
 GANTT_ENGINES = 16  # engines drawn in the timeline (all of them count in the fractions)
@@ -43,7 +51,26 @@ def compare_measured(s: Scenario, r: SimResult) -> dict[str, dict[str, float]]:
     return out
 
 
-def write_outputs(out: Path, r: SimResult, summary: dict) -> None:
+def check_claims(claims: list[Claim], results: dict[str, SimResult]) -> list[dict]:
+    """Each claim's simulated ratio against the published one, and whether the direction holds."""
+    out = []
+    for c in claims:
+        a, b = (getattr(results[v], c.metric) for v in (c.variant, c.over))
+        ratio = a / b if b > 0 else float("inf")
+        out.append(
+            {
+                "claim": c.name,
+                "metric": c.metric,
+                "simulated": round(ratio, 4),
+                "published": c.published,
+                "rel_error": round(ratio / c.published - 1, 4),
+                "direction": (ratio > 1) == (c.published > 1),
+            }
+        )
+    return out
+
+
+def write_outputs(out: Path, r: SimResult, summary: dict, extra_html: str = "") -> None:
     out.mkdir(parents=True, exist_ok=True)
     keep = {f"engine-{i}" for i in range(GANTT_ENGINES)} | {"learner"}
     (out / TIMELINE_FILE).unlink(missing_ok=True)
@@ -51,7 +78,7 @@ def write_outputs(out: Path, r: SimResult, summary: dict) -> None:
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     from schedrl.report import write_report
 
-    write_report(out)
+    write_report(out, extra_html)
 
 
 def run_one(s: Scenario) -> tuple[SimResult, dict]:
@@ -78,7 +105,87 @@ def _cells(m: dict, key: str, value: float, width: int) -> str:
     return f"{value:>{width}.4g}{m[key]['measured']:>10.4g}{m[key]['rel_error']:>+8.1%}"
 
 
+def run_search(args, console) -> int:
+    """`--search`: coordinate descent over the schedule of one variant's cluster, against the file's
+    published policies on that cluster at the same staleness bound."""
+    from rich.progress import Progress
+
+    from schedrl.sim.search import describe, ranking_html, search
+
+    data = read_recipe(args.scenario)
+    sources = variant_sources(data, str(args.scenario))
+    name = args.variant or next(iter(sources))
+    if name not in sources:
+        raise ValueError(f"--variant {name!r}: {args.scenario} has the variants {', '.join(sources)}")
+    base, sets = sources[name]
+    start = scenario_from_dict(base, [*sets, *args.overrides], where=f"{args.scenario} (variant {name!r})")
+    bound = (
+        args.bound
+        if args.bound is not None
+        else (start.schedule.max_staleness if start.schedule.mode == "async" else 0)
+    )
+    # the published policies: the file's variants on the same cluster, within the bound
+    published = []
+    for other, (b, o_sets) in sources.items():
+        s = scenario_from_dict(b, [*o_sets, *args.overrides], where=f"{args.scenario} (variant {other!r})")
+        k = s.schedule.max_staleness if s.schedule.mode == "async" else 0
+        if s.cluster.gpus == start.cluster.gpus and k <= bound:
+            published.append((other, s, simulate(s)))
+    ref_name, ref_s, ref = max(published, key=lambda p: p[2].steps_per_s)
+    with Progress(console=console, transient=True, disable=args.json) as bar:
+        task = bar.add_task("schedules simulated", total=None)
+        ranked = search(
+            base, [*sets, *args.overrides], start, bound, progress=lambda n: bar.update(task, completed=n)
+        )
+    best = ranked[0]
+    speedup = best.steps_per_s / ref.steps_per_s
+    rows = [
+        (f"{i + 1}", r.describe(), r.result.mean_step_s, r.steps_per_s / ref.steps_per_s)
+        for i, r in enumerate(ranked[:12])
+    ]
+    rows += [
+        (f"published: {n}", describe(s), r.mean_step_s, r.steps_per_s / ref.steps_per_s)
+        for n, s, r in published
+    ]
+    best_sets = [f"{k}={json.dumps(v)}" for k, v in best.sets]
+    out = {
+        "variant": name,
+        "bound": bound,
+        "simulated": len(ranked),
+        "best": {"schedule": best.describe(), "set": best_sets, **best.result.summary()},
+        "best_published": {"variant": ref_name, "schedule": describe(ref_s), **ref.summary()},
+        "search_vs_best_published": round(speedup, 4),
+        "ranking": [
+            {"rank": rank, "schedule": t, "step_s": round(st, 4), "vs_best_published": round(x, 4)}
+            for rank, t, st, x in rows
+        ],
+    }
+    if args.out:
+        write_outputs(Path(args.out), best.result, out, ranking_html(rows))
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    lines = [
+        f"{args.scenario}: the cluster of {name!r} ({start.cluster.gpus} GPUs), staleness bound k <= {bound}"
+    ]
+    lines.append(f"{'rank':<22}{'schedule':<52}{'step s':>9}{'vs best published':>19}")
+    lines += [
+        f"{rank[:21]:<22}{text[:51]:<52}{step:>9.4g}{ratio:>18.3f}x" for rank, text, step, ratio in rows
+    ]
+    lines.append(f"simulated {len(ranked)} schedules; best: {best.describe()}")
+    lines.append("  --set " + " --set ".join(best_sets))
+    lines.append(f"search_vs_best_published: {speedup:.3f} (best published: {ref_name}, {describe(ref_s)})")
+    console.print("\n".join(lines), soft_wrap=True, highlight=False, markup=False)
+    if args.out:
+        console.print(f"report: {Path(args.out) / 'timeline.html'}")
+    return 0
+
+
 def run_simulate(args, console) -> int:
+    if getattr(args, "search", False):
+        if args.scenario is None or args.calibrate:
+            raise ValueError("schedrl simulate --search needs a SCENARIO file (not --calibrate)")
+        return run_search(args, console)
     if args.calibrate:
         from schedrl.sim.calibrate import calibrate, interference, variant_of
 
@@ -93,12 +200,17 @@ def run_simulate(args, console) -> int:
             (Path(args.out) / "calibrated.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
         label = f"calibrated on {args.calibrate[0]}"
         scenarios = variants_from_dict(data, args.overrides, label)
+        claims = []
     elif args.scenario is None:
         raise ValueError("schedrl simulate needs a SCENARIO file or --calibrate RUN_DIR [RUN_DIR ...]")
     else:
         label = args.scenario
-        scenarios = load_variants(args.scenario, args.overrides)
+        data = read_recipe(args.scenario)
+        scenarios = variants_from_dict(data, args.overrides, str(args.scenario))
+        claims = claims_from_dict(data, str(args.scenario))
     results = [run_one(s) for s in scenarios]
+    by_variant = {s.name.split(": ")[-1]: r for s, (r, _) in zip(scenarios, results, strict=True)}
+    checked = check_claims(claims, by_variant)
     errors = [abs(sm["measured"]["step_s"]["rel_error"]) for _, sm in results if "step_s" in sm["measured"]]
     if args.out:
         for (r, summary), s in zip(results, scenarios, strict=True):
@@ -109,6 +221,8 @@ def run_simulate(args, console) -> int:
         if errors:
             out["median_step_error"] = statistics.median(errors)
             out["max_step_error"] = max(errors)
+        if checked:
+            out["claims"] = checked
         print(json.dumps(out))
         return 0
     # plain columns: a rich table would fold them at 80 characters
@@ -136,6 +250,14 @@ def run_simulate(args, console) -> int:
     if errors:
         console.print(
             f"step time error against measured: median {statistics.median(errors):.1%}, max {max(errors):.1%}"
+        )
+    for c in checked:
+        console.print(
+            f"claim {c['claim']}: {c['metric']} simulated {c['simulated']:.3g}x, published {c['published']:.3g}x "
+            f"({c['rel_error']:+.1%}; direction {'reproduced' if c['direction'] else 'NOT reproduced'})",
+            soft_wrap=True,
+            highlight=False,
+            markup=False,
         )
     if args.out:
         console.print(f"timelines: {args.out}")

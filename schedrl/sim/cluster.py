@@ -78,8 +78,9 @@ class SimFleet:
     def idle(self) -> bool:
         return self.in_flight == 0
 
-    def send(self, jobs: list[Job], divide: bool) -> None:
-        """Each group (each job, if `divide`) to the engine holding the fewest jobs."""
+    def send(self, jobs: list[Job], divide: bool, front: bool = False) -> None:
+        """Each group (each job, if `divide`) to the engine holding the fewest jobs; `front`: ahead of
+        the engine's waiting requests."""
         units = [[j] for j in jobs] if divide else _by_group(jobs)
         load = [(e.held, e.index) for e in self.engines]
         heapq.heapify(load)
@@ -87,7 +88,7 @@ class SimFleet:
             held, i = heapq.heappop(load)
             e = self.engines[i]
             self.finished += e.advance(self.now)
-            e.submit(unit)
+            e.submit(unit, front)
             heapq.heappush(load, (e.held, i))
             self.touched.add(i)
         self.in_flight += len(jobs)
@@ -129,6 +130,7 @@ class SimResult:
     engine_busy_frac: float  # of engine-seconds, over the run
     learner_busy_frac: float
     tokens: int  # generated, over the run
+    rollout_tokens_per_s: float  # generated tokens per second of rollout (colocated: not training)
     dropped: int  # samples too stale to train on
     mean_staleness: float  # of trained samples: update - oldest token's version
     makespan_s: float
@@ -143,6 +145,7 @@ class SimResult:
             "engine_busy_frac": round(self.engine_busy_frac, 4),
             "learner_busy_frac": round(self.learner_busy_frac, 4),
             "tokens": self.tokens,
+            "rollout_tokens_per_s": round(self.rollout_tokens_per_s, 3),
             "dropped": self.dropped,
             "mean_staleness": round(self.mean_staleness, 3),
             "makespan_s": round(self.makespan_s, 3),
@@ -182,7 +185,8 @@ class ClusterSim:
         self.spans: list[Span] = []
         self.first_admit: dict[int, float] = {}
         self.gen_s: list[float] = []
-        self.switch = s.cluster.switch_s if s.cluster.placement == "colocated" else 0.0
+        self.colocated = s.cluster.placement == "colocated"
+        self.switch = s.cluster.switch_s if self.colocated else 0.0
         self.dirty = True  # a group completed or an update ended: admission and consumption may move
         self.purged_for = -1  # the update the complete groups were last checked for staleness against
         self.new_complete: list[SimGroup] = []
@@ -239,9 +243,11 @@ class ClusterSim:
             self.fleet.send(out, self.s.schedule.divide_groups)
 
     def _resend_cut(self) -> None:
+        """The cut requests back to the engines, to resume from their prefix; colocated, ahead of fresh
+        ones (APRIL resumes the buffered partial rollouts first)."""
         jobs, self.fleet.cut_jobs = self.fleet.cut_jobs, []
         if jobs:
-            self.fleet.send(jobs, self.s.schedule.divide_groups)
+            self.fleet.send(jobs, self.s.schedule.divide_groups, front=self.colocated)
 
     def _purge_stale(self, update: int) -> None:
         """The pipeline's purge, on the groups whose staleness may have changed: all complete ones when
@@ -290,6 +296,12 @@ class ClusterSim:
         train = self.s.learner.train_s(tokens, self.s.learner_gpus) * slow + 2 * self.switch
         end = start + train
         self.spans.append(Span("learner", "train", start, end))
+        if self.colocated:  # the learner takes the devices: unfinished requests are cut, kept, resumed after
+            for e in self.fleet.engines:  # each engine up to now first (what finishes here stays done)
+                self._finish(e.advance(self.fleet.now))
+            self.fleet.cut()
+            for e in self.fleet.engines:
+                e.hold(start, end)
         self.learner_busy += train
         self.learner_free_at = end
         self.pending.append((end, self.started + 1))
@@ -366,6 +378,8 @@ class ClusterSim:
                 self.version = version
                 self.update_ends.append(now)
                 self.weight_sync.on_update(self.fleet, None, version, self._resend_cut)
+                if self.colocated:
+                    self._resend_cut()
                 self._policies()
                 refresh()
                 self.fleet.touched = set()
@@ -401,6 +415,8 @@ class ClusterSim:
             engine_busy_frac=sum(e.busy_s for e in engines) / (len(engines) * makespan),
             learner_busy_frac=self.learner_busy / makespan,
             tokens=sum(e.tokens for e in engines),
+            rollout_tokens_per_s=sum(e.tokens for e in engines)
+            / max(1e-12, makespan - statistics.fmean(e.held_s for e in engines)),
             dropped=self.dropped,
             mean_staleness=statistics.fmean(self.staleness) if self.staleness else 0.0,
             makespan_s=makespan,

@@ -74,6 +74,7 @@ class SimEngine:
         self._prefill = 0  # tokens to prefill in the next step
         self.pause_until = 0.0  # a weight sync holds the engine until then
         self.busy_s = 0.0
+        self.held_s = 0.0  # seconds the learner held the devices (colocated)
         self.tokens = 0
         self.spans: list[Span] = []
         self.on_token = None  # admission policies that follow the batch chain onto these (never fired)
@@ -210,8 +211,14 @@ class SimEngine:
         self._seq += 1
 
     # ---- what the cluster does to it ---------------------------------------------------------------
-    def submit(self, jobs: Sequence[Job]) -> None:
-        self.waiting.extend(jobs)
+    def submit(self, jobs: Sequence[Job], front: bool = False) -> None:
+        self.waiting = [*jobs, *self.waiting] if front else self.waiting + list(jobs)
+
+    def hold(self, start: float, end: float) -> None:
+        """The devices go to the learner from `start` to `end` (colocated): nothing runs meanwhile."""
+        self.pause_until = max(self.pause_until, end)
+        self._span("offload", max(start, self.clock), end)
+        self.held_s += end - start
 
     def load_weights(self, version: int, at: float, seconds: float) -> None:
         """New weights from `at`: the engine pauses `seconds` (running requests keep their state)."""

@@ -74,7 +74,7 @@ class ScheduleSection:
     consumption: Literal["wave", "partial"] = "wave"
     overprovision: float = 1.0
     weight_sync: Literal["drain", "inflight", "cut_resume"] = "drain"
-    stale: Literal["drop", "mask"] = "drop"
+    stale: Literal["drop", "mask", "keep"] = "drop"
     admission: Literal["fcfs", "lpt", "spt"] = "fcfs"
     divide_groups: bool = False  # each sample to the least-loaded engine, not whole groups
 
@@ -206,11 +206,6 @@ def scenario_from_dict(data: dict[str, Any], overrides=(), where: str = "scenari
         raise ConfigError(
             f"{where}: 'cluster.gpus_per_engine' ({c.gpus_per_engine}) must divide the engines' GPUs ({s.engine_gpus})"
         )
-    if s.schedule.mode == "async" and c.placement == "colocated":
-        raise ConfigError(
-            f"{where}: 'schedule.mode' async needs 'cluster.placement: disaggregated' (colocated engines and "
-            "learner share devices, so they run in turn)"
-        )
     if s.workload.prompts_per_step % s.updates_per_step:
         raise ConfigError(
             f"{where}: 'updates_per_step' ({s.updates_per_step}) must divide 'workload.prompts_per_step' "
@@ -224,6 +219,54 @@ def scenario_from_dict(data: dict[str, Any], overrides=(), where: str = "scenari
     except (DistributionError, ValueError) as err:
         raise ConfigError(f"{where}: {err}") from None
     return s
+
+
+CLAIM_METRICS = ("steps_per_s", "rollout_tokens_per_s")  # higher is better: a claim is a speedup
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A published speedup between two variants of a file: `metric` of `variant` over that of `over`."""
+
+    name: str
+    metric: str
+    variant: str
+    over: str
+    published: float
+    source: str = ""
+
+
+def claims_from_dict(data: dict[str, Any], path: str = "scenario") -> list[Claim]:
+    """The file's `claims:` (name -> {metric, variant, over, published, source}), checked against its
+    variants; errors name the file and the claim."""
+    raw = data.get("claims") or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"{path}: 'claims' must be a mapping of name -> {{metric, variant, over, published}}"
+        )
+    variants = set(data.get("variants") or {})
+    fields = {f.name for f in dataclasses.fields(Claim)} - {"name"}
+    out = []
+    for name, c in raw.items():
+        where = f"{path} (claim {name!r})"
+        if not isinstance(c, dict) or set(c) - fields or not {"variant", "over", "published"} <= set(c):
+            raise ConfigError(
+                f"{where}: a claim holds variant, over, published and optionally metric, source; got {c!r}"
+            )
+        claim = Claim(str(name), **{"metric": "steps_per_s", **c})
+        if claim.metric not in CLAIM_METRICS:
+            raise ConfigError(
+                f"{where}: 'metric' must be one of {', '.join(CLAIM_METRICS)}, got {claim.metric!r}"
+            )
+        for key in ("variant", "over"):
+            if getattr(claim, key) not in variants:
+                raise ConfigError(
+                    f"{where}: '{key}' must name a variant ({', '.join(variants) or 'none'}), got {getattr(claim, key)!r}"
+                )
+        if not isinstance(claim.published, (int, float)) or claim.published <= 0:
+            raise ConfigError(f"{where}: 'published' must be a ratio > 0, got {claim.published!r}")
+        out.append(claim)
+    return out
 
 
 def load_scenario(path: str | Path, overrides=()) -> Scenario:
@@ -240,23 +283,38 @@ def load_variants(path: str | Path, overrides=()) -> list[Scenario]:
     return variants_from_dict(read_recipe(path), overrides, str(path))
 
 
-def variants_from_dict(data: dict[str, Any], overrides=(), path: str = "scenario") -> list[Scenario]:
-    """`load_variants` of a mapping; `path` names it in errors."""
+def variant_sources(
+    data: dict[str, Any], path: str = "scenario"
+) -> dict[str, tuple[dict[str, Any], list[str]]]:
+    """Variant name -> (its base mapping, its `set` lines): what `scenario_from_dict` builds it from.
+    A file without variants is one, named by the file's `name`."""
     data = dict(data)
+    data.pop("claims", None)
     variants = data.pop("variants", None)
     if variants is None:
-        return [scenario_from_dict(data, overrides, where=str(path))]
+        return {str(data.get("name", "scenario")): (data, [])}
     if not isinstance(variants, dict) or not variants:
         raise ConfigError(f"{path}: 'variants' must be a mapping of name -> {{set: ..., measured: ...}}")
-    out = []
+    out = {}
     for name, v in variants.items():
-        where = f"{path} (variant {name!r})"
         v = v or {}
         if not isinstance(v, dict) or set(v) - {"set", "measured"}:
-            raise ConfigError(f"{where}: a variant holds only 'set' and 'measured', got {v!r}")
-        sets = [f"{k}={json.dumps(val)}" for k, val in (v.get("set") or {}).items()]
+            raise ConfigError(
+                f"{path} (variant {name!r}): a variant holds only 'set' and 'measured', got {v!r}"
+            )
         base = copy.deepcopy(data)
         base["name"] = f"{data.get('name', 'scenario')}: {name}"
         base["measured"] = dict(v.get("measured") or {})
-        out.append(scenario_from_dict(base, [*sets, *overrides], where=where))
+        out[str(name)] = (base, [f"{k}={json.dumps(val)}" for k, val in (v.get("set") or {}).items()])
     return out
+
+
+def variants_from_dict(data: dict[str, Any], overrides=(), path: str = "scenario") -> list[Scenario]:
+    """`load_variants` of a mapping; `path` names it in errors."""
+    sources = variant_sources(data, path)
+    if "variants" not in data:
+        return [scenario_from_dict(next(iter(sources.values()))[0], overrides, where=str(path))]
+    return [
+        scenario_from_dict(base, [*sets, *overrides], where=f"{path} (variant {name!r})")
+        for name, (base, sets) in sources.items()
+    ]

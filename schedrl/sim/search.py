@@ -1,0 +1,156 @@
+"""`schedrl simulate SCENARIO --search`: rank schedules for one cluster by simulated steps per second.
+
+The cluster, the model and the workload stay the scenario's; the schedule's knobs move:
+
+    placement     colocated, or disaggregated with each rollout share of the GPUs (eighths, in whole engines)
+    staleness     k from 0 to the bound (the scenario's own k unless `--bound` says otherwise)
+    consumption   wave, or partial with 1.25x, 1.5x or 2x a step's samples in flight
+    weight sync   drain, inflight, cut_resume
+    admission     fcfs, lpt (with the scenario's predictor error)
+    groups        whole to one engine, or divided
+
+Coordinate descent: from the scenario's schedule, each knob in turn is set to its best value with the
+others held, until a full round changes nothing (at most `rounds`). Every schedule simulated is kept
+and ranked; a schedule the simulator refuses (a split that leaves no whole engine) is skipped. The
+bound on staleness is never crossed, and the scenario's `stale` rule is kept: a faster schedule found
+here trains on samples no older than the one it is compared with.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from schedrl.config import ConfigError
+from schedrl.sim.cluster import SimResult, simulate
+from schedrl.sim.scenario import Scenario, scenario_from_dict
+
+Sets = tuple[tuple[str, Any], ...]  # dotted key -> value, sorted
+
+
+@dataclass
+class Ranked:
+    sets: Sets
+    scenario: Scenario
+    result: SimResult
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.result.steps_per_s
+
+    def describe(self) -> str:
+        return describe(self.scenario)
+
+
+def describe(s: Scenario) -> str:
+    """A schedule in one line: placement, k, consumption, weight sync, admission, groups."""
+    c, sch = s.cluster, s.schedule
+    place = "colocated" if c.placement == "colocated" else f"split {c.rollout_gpus}:{c.gpus - c.rollout_gpus}"
+    if sch.mode == "sync":
+        return f"{place} sync {sch.admission}" + (" divided" if sch.divide_groups else "")
+    use = "wave" if sch.consumption == "wave" else f"partial x{sch.overprovision:g}"
+    out = f"{place} k={sch.max_staleness} {use} {sch.weight_sync} {sch.admission}"
+    return out + (" divided" if sch.divide_groups else "")
+
+
+def knobs(s: Scenario, bound: int) -> dict[str, list[dict[str, Any]]]:
+    """Each knob's values, as the dotted keys each one sets."""
+    c = s.cluster
+    splits: list[dict[str, Any]] = [{"cluster.placement": "colocated"}]
+    shares = sorted({round(c.gpus * i / 8 / c.gpus_per_engine) * c.gpus_per_engine for i in range(1, 8)})
+    splits += [
+        {"cluster.placement": "disaggregated", "cluster.rollout_gpus": r} for r in shares if 0 < r < c.gpus
+    ]
+    return {
+        "placement": splits,
+        "staleness": [{"schedule.max_staleness": k} for k in range(bound + 1)],
+        "consumption": [{"schedule.consumption": "wave", "schedule.overprovision": 1.0}]
+        + [{"schedule.consumption": "partial", "schedule.overprovision": x} for x in (1.25, 1.5, 2.0)],
+        "weight sync": [{"schedule.weight_sync": w} for w in ("drain", "inflight", "cut_resume")],
+        "admission": [{"schedule.admission": a} for a in ("fcfs", "lpt")],
+        "groups": [{"schedule.divide_groups": d} for d in (False, True)],
+    }
+
+
+def start_point(s: Scenario) -> dict[str, Any]:
+    """The scenario's schedule as the dotted keys the search moves (sync read as async at k = 0)."""
+    c, sch = s.cluster, s.schedule
+    sync = sch.mode == "sync"
+    out: dict[str, Any] = {
+        "schedule.mode": "async",
+        "cluster.placement": c.placement,
+        "schedule.max_staleness": 0 if sync else sch.max_staleness,
+        "schedule.consumption": "wave" if sync else sch.consumption,
+        "schedule.overprovision": 1.0 if sync else sch.overprovision,
+        "schedule.weight_sync": "drain" if sync else sch.weight_sync,
+        "schedule.admission": sch.admission,
+        "schedule.divide_groups": sch.divide_groups,
+    }
+    if c.placement == "disaggregated":
+        out["cluster.rollout_gpus"] = c.rollout_gpus
+    return out
+
+
+def search(
+    data: dict[str, Any],
+    base_sets: list[str],
+    start: Scenario,
+    bound: int,
+    rounds: int = 4,
+    progress: Callable[[int], None] | None = None,
+) -> list[Ranked]:
+    """Every schedule the descent simulated, fastest first. `data` and `base_sets` build the scenario
+    (a file's base and its variant's `set` lines); `start` is where the descent begins."""
+    tried: dict[Sets, Ranked | None] = {}
+
+    def run(point: dict[str, Any]) -> Ranked | None:
+        if point.get("cluster.placement") == "colocated":
+            point = {k: v for k, v in point.items() if k != "cluster.rollout_gpus"}
+        key: Sets = tuple(sorted(point.items()))
+        if key not in tried:
+            sets = [*base_sets, *(f"{k}={json.dumps(v)}" for k, v in key)]
+            try:
+                s = scenario_from_dict(data, sets, where="search")
+                tried[key] = Ranked(key, s, simulate(s))
+            except (ConfigError, RuntimeError):
+                tried[key] = None
+            if progress is not None:
+                progress(len(tried))
+        return tried[key]
+
+    point = start_point(start)
+    if point["schedule.max_staleness"] > bound:
+        point["schedule.max_staleness"] = bound
+    best = run(point)
+    if best is None:
+        raise ValueError("search: the scenario's own schedule does not simulate")
+    options = knobs(start, bound)
+    for _ in range(rounds):
+        moved = False
+        for values in options.values():
+            for v in values:
+                cand = run({**point, **v})
+                if cand is not None and cand.steps_per_s > best.steps_per_s * (1 + 1e-9):
+                    best, point, moved = cand, {**point, **v}, True
+        if not moved:
+            break
+    ranked = [r for r in tried.values() if r is not None]
+    return sorted(ranked, key=lambda r: -r.steps_per_s)
+
+
+def ranking_html(rows: list[tuple[str, str, float, float]]) -> str:
+    """The ranking as an HTML table: (rank or label, schedule, step seconds, speedup over the reference)."""
+    import html
+
+    body = "".join(
+        f"<tr><td>{html.escape(rank)}</td><td style='text-align:left'>{html.escape(text)}</td>"
+        f"<td>{step:.2f}</td><td>{ratio:.3f}x</td></tr>"
+        for rank, text, step, ratio in rows
+    )
+    return (
+        "<h2>Schedules ranked by simulated step time</h2>"
+        "<table><tr><th>rank</th><th>schedule</th><th>step s</th><th>vs best published</th></tr>"
+        f"{body}</table>"
+    )
