@@ -212,7 +212,10 @@ class SimEngine:
 
     # ---- what the cluster does to it ---------------------------------------------------------------
     def submit(self, jobs: Sequence[Job], front: bool = False) -> None:
-        self.waiting = [*jobs, *self.waiting] if front else self.waiting + list(jobs)
+        if front:
+            self.waiting[:0] = jobs
+        else:
+            self.waiting.extend(jobs)
 
     def hold(self, start: float, end: float) -> None:
         """The devices go to the learner from `start` to `end` (colocated): nothing runs meanwhile."""
