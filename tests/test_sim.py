@@ -402,3 +402,17 @@ def test_the_search_beats_the_published_policies_within_the_bound(tmp_path, caps
     assert "Schedules ranked" in (tmp_path / "o" / "timeline.html").read_text()
     assert main(["simulate", str(f), "--search", "--variant", "nosuch"]) == 2
     assert "has the variants sync, async" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["april_partial", "seer_divided"])
+def test_the_claim_scenarios_load_and_reproduce_the_direction(name, capsys):
+    """Every claim of examples/sim/NAME.yaml runs, and the scheduled variant is the faster one."""
+    import json
+    from pathlib import Path
+
+    from schedrl.cli import main
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "sim" / f"{name}.yaml"
+    assert main(["simulate", str(path), "--json"]) == 0
+    claims = json.loads(capsys.readouterr().out)["claims"]
+    assert claims and all(c["direction"] and c["simulated"] > 1.0 for c in claims)
