@@ -12,11 +12,17 @@ policy gets the same predictions.
   predictions through a predictor that returns them. Wall seconds per workload, the median of
   `--repeats` runs, the policies' order rotated between runs.
 
+`--workload multiturn` (`MultiTurnJobs`): 24 episodes of 2-4 turns (about 72 turns), each turn a `longtail` answer,
+a tool answering 5-50 ms after each turn, the next turn's prompt the whole history. A later turn joins
+the queue only when its tool answers; on the engine the driver sleeps when nothing runs, and the
+makespan is wall time, idle included.
+
 Policies: FCFS; LPT and SPT by predicted length (`LengthOrdered`); Past-Future (memory-aware FCFS)
 at `--kv-frac` of FCFS's peak KV tokens; the learned policy (`LearnedAdmission`, greedy); and, as
 references, LPT by the true lengths and the bound max(longest, total / places) steps.
 
     python bench/admission_rl.py                         # the committed bench/policies/admission_attention.pt
+    python bench/admission_rl.py --workload multiturn    # multi-turn episodes: later turns wait on a tool
     python bench/admission_rl.py --policy runs/Admission-...   # a run directory (its latest checkpoint)
     python bench/admission_rl.py --export runs/Admission-...   # write the committed file from a run
 
@@ -29,7 +35,9 @@ Past-Future with the shortest mean makespan in that mode.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import statistics
 import time
 from pathlib import Path
@@ -39,7 +47,14 @@ import torch
 
 from schedrl.classic.attention import load_entity_policy, save_entity_policy
 from schedrl.engine import EngineConfig, HFEngine
-from schedrl.envs.scheduling.admission_env import AdmissionEnv, Job, LongtailJobs, StepCost, measure_steps
+from schedrl.envs.scheduling.admission_env import (
+    AdmissionEnv,
+    Job,
+    LongtailJobs,
+    MultiTurnJobs,
+    StepCost,
+    measure_steps,
+)
 from schedrl.models import build_char_tokenizer, build_tiny_model
 from schedrl.rollout import LengthOrdered, LengthPredictor, PastFutureAdmission
 from schedrl.rollout.learned import LearnedAdmission
@@ -75,6 +90,46 @@ def requests_of(jobs: list[Job], vocab: int, seed: int) -> tuple[list[Request], 
     return reqs, pred
 
 
+def drive(engine, jobs: list[Job], reqs: list[Request]) -> tuple[float, list]:
+    """Run a workload on the engine in wall time: a later turn is added when its tool answers (its
+    `wait_s` after the turn it follows ends). Returns the makespan and each step's work and seconds."""
+    after: dict[str, list[int]] = {}
+    for k, j in enumerate(jobs):
+        if j.follows >= 0:
+            after.setdefault(reqs[j.follows].id, []).append(k)
+    pending = [(0.0, k) for k, j in enumerate(jobs) if j.follows < 0]
+    records, t0 = [], time.perf_counter()
+    while pending or engine.has_unfinished():
+        now = time.perf_counter() - t0
+        pending.sort()
+        while pending and pending[0][0] <= now:
+            engine.add(reqs[pending.pop(0)[1]])
+        if not engine.has_unfinished():
+            time.sleep(max(0.0, pending[0][0] - now))
+            continue
+        start = time.perf_counter()
+        finished = engine.step()
+        records.append((engine.last_step, time.perf_counter() - start))
+        end = time.perf_counter() - t0
+        for smp in finished:
+            pending += [(end + jobs[k].wait_s, k) for k in after.get(smp.request_id, ())]
+    return time.perf_counter() - t0, records
+
+
+def num(v: float) -> float | None:
+    """A figure for the JSON line: rounded, None where it does not apply (NaN)."""
+    return None if math.isnan(v) else round(v, 4)
+
+
+def run_workload(engine, jobs: list[Job], reqs: list[Request], multi: bool) -> tuple[float, list]:
+    """The workload's makespan on the engine and its step records: single-turn, the sum of step seconds
+    (all requests queued at once); multi-turn, the wall time of `drive`."""
+    if multi:
+        return drive(engine, jobs, reqs)
+    records = measure_steps(engine, reqs)
+    return sum(t for _, t in records), records
+
+
 def simulate_policy(jobs: list[Job], slots: int, cost: StepCost, policy) -> float:
     """The simulated makespan of `jobs` under `policy`: a heuristic name or the learned network."""
     env = AdmissionEnv(lambda rng: list(jobs), slots, cost, max_waiting=64, normalize=False)
@@ -92,7 +147,7 @@ def simulate_policy(jobs: list[Job], slots: int, cost: StepCost, policy) -> floa
 
 
 def oracle_jobs(jobs: list[Job]) -> list[Job]:
-    return [Job(j.prompt, j.length, float(j.length)) for j in jobs]
+    return [dataclasses.replace(j, predicted=float(j.length)) for j in jobs]
 
 
 def bound_seconds(jobs: list[Job], slots: int, cost: StepCost) -> float:
@@ -125,7 +180,11 @@ def parse_args():
     ap.add_argument(
         "--export", type=Path, default=None, help="save this run's policy as bench/policies/..., exit"
     )
+    ap.add_argument("--workload", choices=("longtail", "multiturn"), default="longtail")
     ap.add_argument("--workloads", type=int, default=16)
+    ap.add_argument(
+        "--episodes", type=int, default=24, help="multiturn: episodes per workload (2-4 turns each)"
+    )
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--sigma", type=float, default=0.5)
@@ -151,13 +210,19 @@ def main() -> None:
     tok = build_char_tokenizer()
     model = build_tiny_model(tok).eval()
     vocab = len(tok)
-    workload = LongtailJobs(args.requests, args.sigma)
+    multi = args.workload == "multiturn"
+    workload = (
+        MultiTurnJobs(args.episodes, sigma=args.sigma) if multi else LongtailJobs(args.requests, args.sigma)
+    )
 
     def engine(admission=None) -> HFEngine:
         return HFEngine(model, tok, EngineConfig(max_concurrency=args.slots), admission=admission)
 
     # ---- calibration: the step cost of this machine's engine ---------------------------------------
-    calib = [workload(np.random.default_rng(HELD_OUT_SEED - 1 - k)) for k in range(8)]
+    calib = [
+        LongtailJobs(args.requests, args.sigma)(np.random.default_rng(HELD_OUT_SEED - 1 - k))
+        for k in range(8)
+    ]
     reqs = [r for k, jobs in enumerate(calib) for r in requests_of(jobs, vocab, HELD_OUT_SEED - 1 - k)[0]]
     measure_steps(engine(), reqs[: args.requests])  # warm-up
     records = measure_steps(engine(), reqs)
@@ -181,26 +246,26 @@ def main() -> None:
         model_s["past_future"].append(model_s["fcfs"][-1])  # filled in below from the engine's gate
         model_s["learned"].append(simulate_policy(jobs, args.slots, cost, policy))
         model_s["lpt_oracle"].append(simulate_policy(oracle_jobs(jobs), args.slots, cost, "lpt"))
-        model_s["bound"].append(bound_seconds(jobs, args.slots, cost))
+        model_s["bound"].append(float("nan") if multi else bound_seconds(jobs, args.slots, cost))
         reqs, pred = requests_of(jobs, vocab, seed)
         # FCFS's peak KV tokens sets Past-Future's budget
-        fcfs_records = measure_steps(engine(), reqs)
+        fcfs_records = run_workload(engine(), jobs, reqs, multi)[1]
         budget = int(args.kv_frac * max(s.context_tokens for s, _ in fcfs_records))
         runs: dict[str, list[float]] = {n: [] for n in names}
         choosing: list[list[float]] = [[] for _ in range(args.repeats)]
         for rep in range(args.repeats):
             for n in names[rep % len(names) :] + names[: rep % len(names)]:
                 admission = engine_admission(n, pred, args, budget)
-                e = engine(admission)
-                records = measure_steps(e, reqs)
-                runs[n].append(sum(t for _, t in records))
+                makespan, records = run_workload(engine(admission), jobs, reqs, multi)
+                runs[n].append(makespan)
                 if n == "learned":
                     choosing[rep].append(admission.seconds)
                 if rep == 0:
                     engine_steps[n].append(len(records))
                     kv_peak[n].append(max(s.context_tokens for s, _ in records))
                     if n == "past_future":  # the cost model, priced on the steps the gate produced
-                        model_s[n][-1] = sum(cost.seconds(s) for s, _ in records)
+                        # (multi-turn: not comparable, the steps leave out the engine's idle waits)
+                        model_s[n][-1] = float("nan") if multi else sum(cost.seconds(s) for s, _ in records)
         for n in names:
             engine_s[n].append(statistics.median(runs[n]))
         # the learned policy's steps without its own decision time (what a policy off the critical path costs)
@@ -218,21 +283,22 @@ def main() -> None:
     def mean(table, n) -> float:
         return statistics.fmean(table[n])
 
-    print(
-        f"\n{args.workloads} held-out workloads, {args.requests} requests, {args.slots} places, sigma {args.sigma}"
-    )
+    size = f"{args.episodes} multi-turn episodes" if multi else f"{args.requests} requests"
+    print(f"\n{args.workloads} held-out workloads, {size}, {args.slots} places, sigma {args.sigma}")
     print(f"{'policy':<14}{'model speedup':>15}{'engine speedup':>16}{'engine steps':>14}{'peak KV':>9}")
     for n in names:
         print(
             f"{n:<14}{speedup(model_s, n):>15.3f}{speedup(engine_s, n):>16.3f}"
             f"{statistics.fmean(engine_steps[n]):>14.1f}{statistics.fmean(kv_peak[n]):>9.0f}"
         )
-    for n in ("lpt_oracle", "bound"):
+    for n in ("lpt_oracle",) if multi else ("lpt_oracle", "bound"):
         print(f"{n:<14}{speedup(model_s, n):>15.3f}")
     print(
         f"{'learned_net':<14}{'':>15}{speedup(engine_s, 'learned_net'):>16.3f}   (its decision time taken out)"
     )
-    best_model = min(HEURISTICS, key=lambda n: mean(model_s, n))
+    best_model = min(
+        [h for h in HEURISTICS if not (multi and h == "past_future")], key=lambda n: mean(model_s, n)
+    )
     best_engine = min(HEURISTICS, key=lambda n: mean(engine_s, n))
     err = {
         n: statistics.fmean(abs(m - e) / e for m, e in zip(model_s[n], engine_s[n], strict=True))
@@ -247,12 +313,13 @@ def main() -> None:
         "best_heuristic_model": best_model,
         "best_heuristic_engine": best_engine,
         "speedup_over_fcfs_model": {
-            n: round(speedup(model_s, n), 4) for n in [*names, "lpt_oracle", "bound"]
+            n: num(speedup(model_s, n)) for n in [*names, "lpt_oracle", *(() if multi else ("bound",))]
         },
         "speedup_over_fcfs_engine": {n: round(speedup(engine_s, n), 4) for n in [*names, "learned_net"]},
-        "model_rel_error": {n: round(v, 4) for n, v in err.items()},
+        "model_rel_error": {n: num(v) for n, v in err.items()},
         "step_cost": {**cost.__dict__, "r2": round(float(r2), 3)},
         "workloads": args.workloads,
+        "workload": args.workload,
         "policy": str(args.policy),
     }
     print(json.dumps(summary))

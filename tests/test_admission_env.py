@@ -10,6 +10,7 @@ from schedrl.envs.scheduling.admission_env import (
     AdmissionEnv,
     Job,
     LongtailJobs,
+    MultiTurnJobs,
     StepCost,
     measure_steps,
     simulate,
@@ -100,3 +101,36 @@ def test_the_environment_passes_gymnasiums_checker():
     env.reset(seed=0)
     with pytest.raises(ValueError, match="not a waiting request"):
         env.step(15 if len(env.offered) < 16 else 99)
+
+
+def test_a_later_turn_arrives_after_its_tool_and_the_engine_waits_for_it():
+    # episode A: a 2-token turn, then after a 5 s tool a 1-token turn; B: one 3-token turn; one slot
+    jobs = [Job(10, 2, 2.0), Job(13, 1, 1.0, follows=0, wait_s=5.0), Job(10, 3, 3.0)]
+    unit = StepCost(1.0)
+    # A first: A1 ends at 2, B runs 2-5 while the tool works, A2 arrives at 7 and ends at 8
+    assert simulate(jobs, 1, unit, lambda w: 0) == 8
+    # B first: A1 runs 3-5, its tool answers at 10, A2 ends at 11 (the idle engine waited)
+    assert simulate(jobs, 1, unit, lambda w: len(w) - 1) == 11
+    env = AdmissionEnv(lambda rng: list(jobs), 1, unit, max_waiting=3, normalize=False)
+    env.reset(seed=0)
+    assert env.offered == [0, 2]  # the later turn is not offered before its tool answers
+    env.step(0)
+    assert env.offered == [2] and env.pending == [(7.0, 1)]
+
+
+def test_multi_turn_workloads_grow_each_turn_by_its_history():
+    gen = MultiTurnJobs(episodes=6, min_turns=2, max_turns=3, sigma=0.0, min_wait_s=0.01, max_wait_s=0.02)
+    jobs = gen(np.random.default_rng(0))
+    firsts = [k for k, j in enumerate(jobs) if j.follows < 0]
+    assert len(firsts) == 6 and 12 <= len(jobs) <= 18
+    for k, j in enumerate(jobs):
+        if j.follows >= 0:
+            prev = jobs[j.follows]
+            assert j.follows == k - 1 and j.prompt == prev.prompt + prev.length + gen.obs_tokens
+            assert 0.01 <= j.wait_s <= 0.02
+        assert j.predicted == j.length  # sigma 0: exact predictions
+    from gymnasium.utils.env_checker import check_env
+
+    check_env(AdmissionEnv(gen, 4, StepCost(1e-3), max_waiting=16), skip_render_check=True)
+    with pytest.raises(ValueError, match="min_turns <= max_turns"):
+        MultiTurnJobs(min_turns=3, max_turns=2)

@@ -19,6 +19,7 @@ and predicted remainders. So a policy trained here runs inside the real engine u
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -128,9 +129,11 @@ def measure_steps(engine, requests) -> list[tuple[StepStats, float]]:
 
 @dataclass(frozen=True)
 class Job:
-    prompt: int  # prompt tokens
+    prompt: int  # prompt tokens (a later turn: the whole history so far, prefilled again)
     length: int  # output tokens it will generate
     predicted: float  # what a length predictor says
+    follows: int = -1  # a multi-turn episode's later turn: the job whose end it waits on (-1: none)
+    wait_s: float = 0.0  # ... and the tool's seconds between that end and its arrival
 
 
 def simulate(jobs: Sequence[Job], slots: int, cost: StepCost, choose: Callable[[list[int]], int]) -> float:
@@ -172,7 +175,12 @@ class AdmissionEnv(gym.Env):
         self.norm = 1.0
         if self.normalize:
             self.norm = simulate(jobs, self.slots, self.cost, lambda waiting: 0)  # FCFS
-        self.waiting = list(range(len(jobs)))
+        self.after: dict[int, list[int]] = {}  # job -> the turns that arrive once it ends
+        for k, j in enumerate(jobs):
+            if j.follows >= 0:
+                self.after.setdefault(j.follows, []).append(k)
+        self.waiting = [k for k, j in enumerate(jobs) if j.follows < 0]
+        self.pending: list[tuple[float, int]] = []  # (arrival time, job): turns waiting on a tool
         self.running: dict[int, int] = {}  # job -> tokens generated
         self.fresh: list[int] = []  # admitted since the last step: they prefill in the next one
         self.clock, self.steps = 0.0, 0
@@ -181,7 +189,7 @@ class AdmissionEnv(gym.Env):
 
     @property
     def finished(self) -> bool:
-        return not self.waiting and not self.running
+        return not self.waiting and not self.running and not self.pending
 
     @property
     def offered(self) -> list[int]:
@@ -205,11 +213,20 @@ class AdmissionEnv(gym.Env):
         return self._obs(), reward, done, False, info
 
     def _advance(self) -> float:
-        """Step the engine until a place is free while requests wait (the next decision), or all is done."""
+        """Step the engine until a place is free while requests wait (the next decision), or all is done;
+        an idle engine waits for the next turn a tool returns."""
         assert self.inst is not None
-        start = self.clock
-        while self.running and not (self.waiting and len(self.running) < self.slots):
-            jobs = self.inst
+        start, jobs = self.clock, self.inst
+        while True:
+            while self.pending and self.pending[0][0] <= self.clock:  # tools answered: turns arrive
+                self.waiting.append(heapq.heappop(self.pending)[1])
+            if self.waiting and len(self.running) < self.slots:
+                break
+            if not self.running:
+                if not self.pending:
+                    break
+                self.clock = self.pending[0][0]
+                continue
             prefill = sum(jobs[j].prompt for j in self.fresh)
             context = sum(jobs[j].prompt + g for j, g in self.running.items())
             self.clock += self.cost.seconds(StepStats(len(self.running) - len(self.fresh), prefill, context))
@@ -219,6 +236,8 @@ class AdmissionEnv(gym.Env):
                 self.running[j] += 1
                 if self.running[j] >= jobs[j].length:
                     del self.running[j]
+                    for k in self.after.get(j, ()):
+                        heapq.heappush(self.pending, (self.clock + jobs[k].wait_s, k))
         return -(self.clock - start) / self.norm
 
     def teacher_action(self, name: str) -> int:
@@ -260,6 +279,52 @@ class LongtailJobs:
         lengths = [len(self.mix.solution(t)) + 1 for t in tasks]
         noise = np.exp(rng.normal(0.0, self.sigma, len(tasks))) if self.sigma > 0 else np.ones(len(tasks))
         return [Job(len(t.prompt), n, float(n * e)) for t, n, e in zip(tasks, lengths, noise, strict=True)]
+
+
+class MultiTurnJobs:
+    """`episodes` multi-turn episodes of `min_turns`-`max_turns` model turns. Each turn's output is a
+    `longtail` answer (its tokens plus eos), predicted with a log-normal error of spread `sigma`; between
+    turns a tool answers after `min_wait_s`-`max_wait_s` seconds with `obs_tokens` tokens, and the next
+    turn's prompt is the whole history (prefilled again: the engine's `release` tool-wait policy)."""
+
+    def __init__(
+        self,
+        episodes: int = 16,
+        min_turns: int = 2,
+        max_turns: int = 4,
+        sigma: float = 0.5,
+        min_wait_s: float = 0.005,
+        max_wait_s: float = 0.05,
+        obs_tokens: int = 8,
+    ) -> None:
+        from schedrl.envs.longtail import LongtailMix
+
+        if not 1 <= min_turns <= max_turns:
+            raise ValueError(
+                f"MultiTurnJobs: turns must satisfy 1 <= min_turns <= max_turns, got {min_turns}, {max_turns}"
+            )
+        if not 0 <= min_wait_s <= max_wait_s:
+            raise ValueError(
+                f"MultiTurnJobs: waits must satisfy 0 <= min_wait_s <= max_wait_s, got {min_wait_s}, {max_wait_s}"
+            )
+        self.episodes, self.min_turns, self.max_turns, self.sigma = episodes, min_turns, max_turns, sigma
+        self.min_wait_s, self.max_wait_s, self.obs_tokens = min_wait_s, max_wait_s, obs_tokens
+        self.mix = LongtailMix()
+
+    def __call__(self, rng: np.random.Generator) -> list[Job]:
+        jobs: list[Job] = []
+        for _ in range(self.episodes):
+            turns = int(rng.integers(self.min_turns, self.max_turns + 1))
+            tasks = self.mix.sample("train", turns, int(rng.integers(2**31)))
+            context, prev = len(tasks[0].prompt), -1
+            for t in tasks:
+                n = len(self.mix.solution(t)) + 1
+                noise = float(np.exp(rng.normal(0.0, self.sigma))) if self.sigma > 0 else 1.0
+                wait = float(rng.uniform(self.min_wait_s, self.max_wait_s)) if prev >= 0 else 0.0
+                jobs.append(Job(context, n, n * noise, prev, wait))
+                context += n + self.obs_tokens
+                prev = len(jobs) - 1
+        return jobs
 
 
 def make_admission_env(
