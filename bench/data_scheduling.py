@@ -33,6 +33,16 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 STEPS, PROMPTS, G, MAX_NEW, LR, SFT_STEPS = 100, 16, 8, 8, 3e-4, 80
+# --task: the registered mix and its arguments; sched_long swaps rcpsp for rcpsp_long, whose failures
+# are long (8 start times), so that an all-fail prompt costs many tokens
+MIXES = {
+    "tiered": ("tiered", {}),
+    "sched_tiered": ("sched_tiered", {}),
+    "sched_long": (
+        "sched_tiered",
+        {"weights": {"activity_pair": 0.2, "activity": 0.2, "lis": 0.2, "lis_long": 0.2, "rcpsp_long": 0.2}},
+    ),
+}
 EVAL_TASKS, EVAL_K, TARGET_FRAC = 300, 2, 0.8
 
 
@@ -59,14 +69,22 @@ def sft_start(seed: int, sft_steps: int, out: Path, task: str = "tiered") -> Pat
 
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, TinyModelConfig(seed=seed))
-    sft_warmup(model, tokenizer, make_task(task), SFTConfig(steps=sft_steps), seed)
+    name, task_args = MIXES[task]
+    sft_warmup(model, tokenizer, make_task(name, **task_args), SFTConfig(steps=sft_steps), seed)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
 
 
 def run_one(
-    scheduler: str, seed: int, start: str, steps: int, eval_every: int, work: str, task: str = "tiered"
+    scheduler: str,
+    seed: int,
+    start: str,
+    steps: int,
+    eval_every: int,
+    work: str,
+    task: str = "tiered",
+    max_new: int = MAX_NEW,
 ) -> dict:
     """One training run; returns its evaluation curve against cumulative tokens and training seconds."""
     import torch
@@ -86,8 +104,8 @@ def run_one(
             "name": f"{scheduler}-{seed}",
             "min_start_reward": 0.0,
             "model": {"path": start},
-            "task": {"name": task},
-            "sampling": {"prompts_per_step": PROMPTS, "group_size": G, "max_new_tokens": MAX_NEW},
+            "task": {"name": MIXES[task][0], "args": MIXES[task][1]},
+            "sampling": {"prompts_per_step": PROMPTS, "group_size": G, "max_new_tokens": max_new},
             "algo": {"clip_eps_high": 0.28},
             "optim": {"lr": LR},
             "sft": {"steps": 0},
@@ -147,7 +165,12 @@ def summarize(runs: list[dict], schedulers: list[str]) -> dict:
             ("tokens_to_seed_target", "seed_target_savings"),
         ):
             base = table["uniform"][key]
-            row[out] = base / row[key] if math.isfinite(row[key]) else 0.0
+            if not math.isfinite(row[key]):
+                row[out] = 0.0
+            elif row[key] == 0:  # the target lies at or below the start: no run needs a token for it
+                row[out] = 1.0 if base == 0 else math.inf
+            else:
+                row[out] = base / row[key]
         row["final_acc_gap"] = row["final_acc"] - table["uniform"]["final_acc"]
     return {"start_acc": start, "uniform_final": uni_final, "target": target, "table": table}
 
@@ -176,9 +199,13 @@ def main() -> None:
     ap.add_argument("--schedulers", nargs="+", default=list(SCHEDULERS), choices=list(SCHEDULERS))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument(
-        "--task", default="tiered", choices=["tiered", "sched_tiered"], help="the mix: digits or scheduling"
+        "--task",
+        default="tiered",
+        choices=list(MIXES),
+        help="the mix: digits, scheduling, scheduling with long failures",
     )
     ap.add_argument("--steps", type=int, default=STEPS)
+    ap.add_argument("--max-new", type=int, default=MAX_NEW, help="new tokens per sample (sched_long: 24)")
     ap.add_argument("--sft-steps", type=int, default=SFT_STEPS)
     ap.add_argument("--eval-every", type=int, default=20)
     ap.add_argument("--workers", type=int, default=2, help="runs in parallel, one torch thread each")
@@ -199,7 +226,9 @@ def main() -> None:
         starts = dict(zip(args.seeds, built, strict=True))
         jobs = [(s, seed) for seed in args.seeds for s in schedulers]
         futures = [
-            pool.submit(run_one, s, seed, str(starts[seed]), args.steps, args.eval_every, tmp, args.task)
+            pool.submit(
+                run_one, s, seed, str(starts[seed]), args.steps, args.eval_every, tmp, args.task, args.max_new
+            )
             for s, seed in jobs
         ]
         runs = []
@@ -216,6 +245,8 @@ def main() -> None:
 
 def report(runs: list[dict], seeds: list[int], steps: int, json_path: str | None, t0: float) -> None:
     schedulers = list(dict.fromkeys(r["scheduler"] for r in runs))
+    if json_path:  # the runs first: a summary that fails loses none of them
+        Path(json_path).write_text(json.dumps({"runs": runs}, indent=1))
     summary = summarize(runs, schedulers)
     print_table(summary, len(seeds))
     if json_path:

@@ -253,5 +253,8 @@ def test_the_scheduling_mix_tags_tiers_and_scores_with_each_domains_verifier():
     assert 0 < mix.reward(lis, lis.answer[:-1]) < 1  # the lis verifier's partial credit
     only = make_task("sched_tiered", weights={"lis": 1.0})
     assert {t.domain for t in only.sample("eval", 20, seed=0)} == {"lis"}
+    long = make_task("sched_tiered", weights={"rcpsp_long": 1.0}).sample("eval", 20, seed=0)
+    assert {(t.domain, t.difficulty) for t in long} == {("rcpsp_long", 2.0)}  # left out by default (above)
+    assert min(len(t.answer) for t in long) >= 15  # 8 start times: every failure is a long one
     with pytest.raises(ValueError, match="task 'sched_tiered': unknown domain 'jobshop' in weights"):
         make_task("sched_tiered", weights={"jobshop": 1.0})
