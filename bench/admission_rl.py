@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import heapq
 import json
 import math
 import statistics
@@ -97,13 +98,12 @@ def drive(engine, jobs: list[Job], reqs: list[Request]) -> tuple[float, list]:
     for k, j in enumerate(jobs):
         if j.follows >= 0:
             after.setdefault(reqs[j.follows].id, []).append(k)
-    pending = [(0.0, k) for k, j in enumerate(jobs) if j.follows < 0]
+    pending = [(0.0, k) for k, j in enumerate(jobs) if j.follows < 0]  # a heap of (arrival s, job)
     records, t0 = [], time.perf_counter()
     while pending or engine.has_unfinished():
         now = time.perf_counter() - t0
-        pending.sort()
         while pending and pending[0][0] <= now:
-            engine.add(reqs[pending.pop(0)[1]])
+            engine.add(reqs[heapq.heappop(pending)[1]])
         if not engine.has_unfinished():
             time.sleep(max(0.0, pending[0][0] - now))
             continue
@@ -112,7 +112,8 @@ def drive(engine, jobs: list[Job], reqs: list[Request]) -> tuple[float, list]:
         records.append((engine.last_step, time.perf_counter() - start))
         end = time.perf_counter() - t0
         for smp in finished:
-            pending += [(end + jobs[k].wait_s, k) for k in after.get(smp.request_id, ())]
+            for k in after.get(smp.request_id, ()):
+                heapq.heappush(pending, (end + jobs[k].wait_s, k))
     return time.perf_counter() - t0, records
 
 

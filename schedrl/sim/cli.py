@@ -23,7 +23,6 @@ from schedrl.sim.scenario import (
 from schedrl.timeline import TIMELINE_FILE, append_spans
 
 GANTT_ENGINES = 16  # engines drawn in the timeline (all of them count in the fractions)
-COMPARED = ("step_s", "gen_s", "steps_per_s", "engine_busy_frac", "learner_busy_frac")
 
 
 def simulated_figures(s: Scenario, r: SimResult) -> dict[str, float]:
@@ -119,17 +118,12 @@ def run_search(args, console) -> int:
         raise ValueError(f"--variant {name!r}: {args.scenario} has the variants {', '.join(sources)}")
     base, sets = sources[name]
     start = scenario_from_dict(base, [*sets, *args.overrides], where=f"{args.scenario} (variant {name!r})")
-    bound = (
-        args.bound
-        if args.bound is not None
-        else (start.schedule.max_staleness if start.schedule.mode == "async" else 0)
-    )
+    bound = args.bound if args.bound is not None else start.schedule.running.max_staleness
     # the published policies: the file's variants on the same cluster, within the bound
     published = []
     for other, (b, o_sets) in sources.items():
         s = scenario_from_dict(b, [*o_sets, *args.overrides], where=f"{args.scenario} (variant {other!r})")
-        k = s.schedule.max_staleness if s.schedule.mode == "async" else 0
-        if s.cluster.gpus == start.cluster.gpus and k <= bound:
+        if s.cluster.gpus == start.cluster.gpus and s.schedule.running.max_staleness <= bound:
             published.append((other, s, simulate(s)))
     ref_name, ref_s, ref = max(published, key=lambda p: p[2].steps_per_s)
     with Progress(console=console, transient=True, disable=args.json) as bar:
@@ -209,12 +203,12 @@ def run_simulate(args, console) -> int:
         scenarios = variants_from_dict(data, args.overrides, str(args.scenario))
         claims = claims_from_dict(data, str(args.scenario))
     results = [run_one(s) for s in scenarios]
-    by_variant = {s.name.split(": ")[-1]: r for s, (r, _) in zip(scenarios, results, strict=True)}
+    by_variant = {s.variant: r for s, (r, _) in zip(scenarios, results, strict=True)}
     checked = check_claims(claims, by_variant)
     errors = [abs(sm["measured"]["step_s"]["rel_error"]) for _, sm in results if "step_s" in sm["measured"]]
     if args.out:
         for (r, summary), s in zip(results, scenarios, strict=True):
-            sub = Path(args.out) if len(scenarios) == 1 else Path(args.out) / s.name.split(": ")[-1]
+            sub = Path(args.out) if len(scenarios) == 1 else Path(args.out) / s.variant
             write_outputs(sub, r, summary)
     if args.json:
         out = {"scenarios": [sm for _, sm in results]}
@@ -240,7 +234,7 @@ def run_simulate(args, console) -> int:
 
         busy = f"{r.engine_busy_frac:.0%}/{r.learner_busy_frac:.0%}"
         lines.append(
-            f"{s.name.split(': ')[-1][:21]:<22}{schedule[:29]:<30}{gpus:>8}{_cells(m, 'step_s', r.mean_step_s, 9)}"
+            f"{s.variant[:21]:<22}{schedule[:29]:<30}{gpus:>8}{_cells(m, 'step_s', r.mean_step_s, 9)}"
             f"{_cells(m, 'gen_s', sm['gen_s'], 8)}{busy:>14}{r.mean_staleness:>7.2f}{r.dropped:>9}"
         )
     console.print("\n".join(lines), soft_wrap=True, highlight=False, markup=False)

@@ -155,10 +155,8 @@ class SimResult:
 class ClusterSim:
     def __init__(self, s: Scenario) -> None:
         self.s = s
-        sch = s.schedule
+        sch = s.schedule.running
         k, sync_policy, consumption = sch.max_staleness, sch.weight_sync, sch.consumption
-        if sch.mode == "sync":
-            k, sync_policy, consumption = 0, "drain", "wave"
         self.k = k
         self.rng = np.random.default_rng(s.seed)
         cost = s.engine_cost()

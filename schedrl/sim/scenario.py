@@ -78,6 +78,15 @@ class ScheduleSection:
     admission: Literal["fcfs", "lpt", "spt"] = "fcfs"
     divide_groups: bool = False  # each sample to the least-loaded engine, not whole groups
 
+    @property
+    def running(self) -> ScheduleSection:
+        """The schedule as the loop runs it: sync is the asynchronous loop at k = 0, drain and wave."""
+        if self.mode == "async":
+            return self
+        return dataclasses.replace(
+            self, mode="async", max_staleness=0, consumption="wave", overprovision=1.0, weight_sync="drain"
+        )
+
 
 @dataclass
 class Scenario:
@@ -99,6 +108,11 @@ class Scenario:
     measured: dict[str, Any] = field(default_factory=dict)  # published or measured figures to compare with
 
     # ---- derived ---------------------------------------------------------------------------------
+    @property
+    def variant(self) -> str:
+        """The variant's name in its file (the whole name for a file without variants)."""
+        return self.name.split(": ")[-1]
+
     @property
     def weight_bytes(self) -> float:
         return self.model.params_b * 1e9 * self.model.bytes_per_param

@@ -76,15 +76,14 @@ def knobs(s: Scenario, bound: int) -> dict[str, list[dict[str, Any]]]:
 
 def start_point(s: Scenario) -> dict[str, Any]:
     """The scenario's schedule as the dotted keys the search moves (sync read as async at k = 0)."""
-    c, sch = s.cluster, s.schedule
-    sync = sch.mode == "sync"
+    c, sch = s.cluster, s.schedule.running
     out: dict[str, Any] = {
         "schedule.mode": "async",
         "cluster.placement": c.placement,
-        "schedule.max_staleness": 0 if sync else sch.max_staleness,
-        "schedule.consumption": "wave" if sync else sch.consumption,
-        "schedule.overprovision": 1.0 if sync else sch.overprovision,
-        "schedule.weight_sync": "drain" if sync else sch.weight_sync,
+        "schedule.max_staleness": sch.max_staleness,
+        "schedule.consumption": sch.consumption,
+        "schedule.overprovision": sch.overprovision,
+        "schedule.weight_sync": sch.weight_sync,
         "schedule.admission": sch.admission,
         "schedule.divide_groups": sch.divide_groups,
     }
