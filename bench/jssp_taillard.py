@@ -26,6 +26,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICY = ROOT / "bench" / "policies" / "jssp_attention.pt"
+# picked by `--pick-temperature 1.0 0.5 0.3 0.2` on random instances (BENCHMARKS.md has the ranking)
+TEMPERATURE = 0.3
+PICK_SIZES = [(20, 20), (30, 20), (50, 20)]
+PICK_PER_SIZE = 4
 SIZES = ["15x15", "20x15", "20x20", "30x15", "30x20", "50x15", "50x20", "100x20"]
 # mean gap (%) per size of the issue's table; None where a column has no number for that size
 PUBLISHED = {
@@ -87,11 +91,52 @@ def export(run_dir: Path, out: Path) -> None:
     print(f"saved {out} ({out.stat().st_size / 1024:.0f} KiB): {saved['trained']}")
 
 
+def pick_temperature(policy, temperatures: list[float], samples: int) -> None:
+    """The mean gap to the trivial lower bound of the best of `samples`, per temperature, on random
+    instances from job-shop-lib's generator (seeds no training run draws: it draws below 2**31)."""
+    from schedrl.classic.dispatch import solve
+    from schedrl.envs.scheduling.instances import generate
+
+    insts = [generate(n, m, seed=2**31 + 10 * n + s) for n, m in PICK_SIZES for s in range(PICK_PER_SIZE)]
+    print(f"{len(insts)} random instances ({PICK_PER_SIZE} each of {PICK_SIZES}), best of {samples} samples")
+    results = {}
+    for t in temperatures:
+        with torch.no_grad():
+            gaps = [
+                100 * (solve(policy, i, samples, seed=k, temperature=t).makespan / i.lower_bound() - 1)
+                for k, i in enumerate(insts)
+            ]
+        results[t] = statistics.mean(gaps)
+        print(f"temperature {t:<5} mean gap to the lower bound {results[t]:.2f}%", flush=True)
+    print(
+        json.dumps(
+            {"best_temperature": min(results, key=lambda t: results[t]), "gap_by_temperature": results}
+        )
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="job-shop dispatching on Taillard ta01-80")
     parser.add_argument("--sizes", nargs="+", default=SIZES, choices=SIZES)
     parser.add_argument("--samples", type=int, default=128)
+    parser.add_argument("--instances", nargs="+", metavar="taNN", help="only these (of --sizes)")
     parser.add_argument("--no-cpsat", action="store_true")
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=TEMPERATURE,
+        help="sampling temperature (the default was picked by --pick-temperature)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=2, help="torch threads for the policy (CP-SAT uses every core)"
+    )
+    parser.add_argument(
+        "--pick-temperature",
+        nargs="+",
+        type=float,
+        metavar="T",
+        help="rank these temperatures on random instances (not Taillard's), then stop",
+    )
     parser.add_argument("--policy", type=Path, default=POLICY)
     parser.add_argument(
         "--export", type=Path, metavar="RUN_DIR", help="save RUN_DIR's policy as --policy, then stop"
@@ -100,13 +145,16 @@ def main() -> None:
     if args.export:
         export(args.export, args.policy)
         return
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
 
     from schedrl.classic.dispatch import solve
     from schedrl.envs.scheduling.baselines import cpsat_makespan, gap, rule_makespan
     from schedrl.envs.scheduling.instances import load_benchmark
 
     policy, trained = load_policy(args.policy)
+    if args.pick_temperature:
+        pick_temperature(policy, args.pick_temperature, args.samples)
+        return
     rows: dict[str, dict[str, list[float]]] = {}
     seconds: dict[str, dict[str, list[float]]] = {}
 
@@ -120,7 +168,7 @@ def main() -> None:
     for number in range(1, 81):
         inst = load_benchmark(f"ta{number:02d}")
         size = f"{inst.num_jobs}x{inst.num_machines}"
-        if size not in args.sizes:
+        if size not in args.sizes or (args.instances and inst.name not in args.instances):
             continue
         ub = inst.upper_bound
         assert ub is not None
@@ -132,7 +180,7 @@ def main() -> None:
         with torch.no_grad():
             greedy = solve(policy, inst, samples=1)
             add("greedy", size, gap(greedy.makespan, ub), greedy.seconds)
-            sampled = solve(policy, inst, samples=args.samples, seed=number)
+            sampled = solve(policy, inst, samples=args.samples, seed=number, temperature=args.temperature)
             add(f"{args.samples} samples", size, gap(sampled.makespan, ub), sampled.seconds)
         cp = float("nan")
         if not args.no_cpsat:

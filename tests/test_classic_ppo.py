@@ -232,3 +232,56 @@ def test_cartpole_is_solved_from_the_command_line(tmp_path):
     )
     page = (run / "report.html").read_text()
     assert "id='rewards' data-points='0'" not in page and "id='eval' data-points='0'" not in page
+
+
+def test_the_attention_policys_written_out_layers_are_its_encoder_module():
+    """`EntityAttentionPolicy._attend` (what runs) against the `nn.TransformerEncoder` it takes its weights
+    from, with padding rows, in training and in evaluation: equal outputs on the real rows and equal
+    gradients."""
+    from schedrl.classic.attention import EntityAttentionPolicy
+
+    torch.manual_seed(0)
+    policy = EntityAttentionPolicy(features=5, dim=16, layers=2, heads=4)
+    x = torch.randn(3, 6, 16)
+    real = torch.ones(3, 6, dtype=torch.bool)
+    real[0, 4:] = False
+    real[2, 1:] = False
+    for real_now in (real, torch.ones_like(real)):
+        for train in (True, False):
+            policy.train(train)
+            xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+            ours = policy._attend(xa, real_now)
+            module = policy.encoder(xb, src_key_padding_mask=~real_now)
+            assert torch.allclose(ours[real_now], module[real_now], atol=1e-5)
+            (ours[real_now] ** 2).sum().backward()
+            (module[real_now] ** 2).sum().backward()
+            assert xa.grad is not None and xb.grad is not None
+            assert torch.allclose(xa.grad, xb.grad, atol=1e-4)
+    policy.eval()
+    with torch.no_grad():  # the module's nested-tensor fast path
+        assert torch.allclose(
+            policy._attend(x, real)[real], policy.encoder(x, src_key_padding_mask=~real)[real], atol=1e-5
+        )
+        obs = torch.randn(3, 6, 5)
+        obs[..., 0] = real.float()
+        h, pooled, _ = policy._encode(obs)
+        reference = policy.pi(torch.cat([h, pooled[:, None].expand_as(h)], -1)).squeeze(-1)
+        logits, _ = policy._heads(obs, None)
+        assert torch.allclose(logits[real], reference[real], atol=1e-5)  # pi's split first layer
+
+
+def test_the_attention_policy_samples_at_a_temperature():
+    from schedrl.classic.attention import EntityAttentionPolicy
+
+    torch.manual_seed(1)
+    policy = EntityAttentionPolicy(features=5, dim=16, layers=1, heads=2).eval()
+    obs = torch.randn(64, 7, 5)
+    obs[..., 0] = 1.0
+    logits, _ = policy._heads(obs, None)
+    greedy = logits.argmax(-1)
+    cold, cold_logp, _ = policy.act(obs, temperature=1e-6)
+    assert torch.equal(cold, greedy) and torch.allclose(cold_logp, torch.zeros(64), atol=1e-4)
+    warm, warm_logp, _ = policy.act(obs, temperature=2.0)
+    assert not torch.equal(warm, greedy)
+    expected = torch.log_softmax(logits / 2.0, -1).gather(-1, warm[:, None]).squeeze(-1)
+    assert torch.allclose(warm_logp, expected, atol=1e-6)

@@ -80,6 +80,40 @@ def test_the_mask_is_the_giffler_thompson_conflict_set_and_the_return_is_the_gap
     assert total == pytest.approx(-(env.makespan - lb0) / lb0)
 
 
+def test_the_batch_sees_what_the_environment_sees_copy_for_copy():
+    """`JobShopBatch` (what `solve` samples with) against one `JobShopEnv` per copy, on random dispatches
+    whose copies finish at different decisions: equal observations, masks, makespans and schedules."""
+    from schedrl.envs.scheduling.jobshop_batch import JobShopBatch
+
+    inst = generate(7, 5, seed=11)
+    copies = 6
+    batch = JobShopBatch(inst, copies)
+    envs = [JobShopEnv(Fixed(inst), inst.num_jobs) for _ in range(copies)]
+    seen = [e.reset(seed=0) for e in envs]
+    obs, masks = [o for o, _ in seen], [info["action_mask"] for _, info in seen]
+    done = [False] * copies
+    rng = np.random.default_rng(0)
+    while (rows := np.flatnonzero(batch.live)).size:
+        assert rows.tolist() == [c for c in range(copies) if not done[c]]
+        b_obs, b_mask = batch.observe(rows)
+        jobs = []
+        for i, c in enumerate(rows):
+            np.testing.assert_array_equal(b_obs[i], obs[c])
+            np.testing.assert_array_equal(b_mask[i], masks[c])
+            jobs.append(int(rng.choice(np.flatnonzero(masks[c]))))
+        batch.step(rows, np.array(jobs))
+        for c, j in zip(rows, jobs, strict=True):
+            obs[c], _, done[c], _, info = envs[c].step(j)
+            masks[c] = info["action_mask"]
+    assert all(done)
+    for c, env in enumerate(envs):
+        assert batch.makespans[c] == env.makespan and batch.sequences(c) == env.sequences
+    assert len(set(batch.makespans.tolist())) > 1  # the copies did dispatch differently
+    fresh = JobShopBatch(inst, 2)
+    with pytest.raises(ValueError, match=r"copy 1 dispatches job \d+, outside its conflict set"):
+        fresh.step(np.array([0, 1]), np.array([int(fresh.mask[0].argmax()), int((~fresh.mask[1]).argmax())]))
+
+
 def test_a_job_without_a_ready_operation_raises():
     env = JobShopEnv(Fixed(generate(4, 3, seed=0)), 6)
     env.reset(seed=0)

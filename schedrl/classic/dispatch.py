@@ -1,5 +1,5 @@
 """A trained dispatching policy solving job-shop instances: greedily, or as the best of N samples run
-side by side (one batched forward per decision for all N)."""
+side by side (`JobShopBatch`: one numpy step and one batched forward per decision for all N)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from schedrl.envs.scheduling.instances import Instance
-from schedrl.envs.scheduling.jobshop_env import Fixed, JobShopEnv
+from schedrl.envs.scheduling.jobshop_batch import JobShopBatch
 
 
 @dataclass
@@ -22,35 +22,33 @@ class Solution:
 
 
 def solve(
-    policy, inst: Instance, samples: int = 1, seed: int = 0, time_limit_s: float | None = None
+    policy,
+    inst: Instance,
+    samples: int = 1,
+    seed: int = 0,
+    time_limit_s: float | None = None,
+    temperature: float = 1.0,
 ) -> Solution:
-    """Greedy (`samples=1`) or the best of `samples` sampled schedules of `inst`; `time_limit_s` stops
-    sampling rounds once spent (a round of `samples` runs finishes)."""
+    """Greedy (`samples=1`) or the best of `samples` sampled schedules of `inst`, drawn at `temperature`;
+    `time_limit_s` goes on sampling rounds until spent (a round of `samples` runs finishes)."""
+    if not temperature > 0:
+        raise ValueError(f"solve: temperature must be > 0, got {temperature}")
     start = time.perf_counter()
     best: tuple[float, list[list[int]]] | None = None
     torch.manual_seed(seed)
     done_samples = 0
     while best is None or (time_limit_s is not None and time.perf_counter() - start < time_limit_s):
-        envs = [JobShopEnv(Fixed(inst), inst.num_jobs) for _ in range(samples)]
-        resets = [e.reset(seed=seed + k) for k, e in enumerate(envs)]
-        obs = [o for o, _ in resets]
-        masks = [info["action_mask"] for _, info in resets]
-        live = [not bool((e.next >= e.m).all()) for e in envs]
-        while any(live):
-            idx = [k for k, alive in enumerate(live) if alive]
-            o = torch.from_numpy(np.stack([obs[k] for k in idx]))
-            m = torch.from_numpy(np.stack([masks[k] for k in idx]))
-            actions = policy.act(o, m, deterministic=samples == 1)[0].tolist()
-            for k, a in zip(idx, actions, strict=True):
-                obs[k], _, done, _, info = envs[k].step(a)
-                masks[k] = info["action_mask"]
-                live[k] = not done
-        for e in envs:
-            if best is None or e.makespan < best[0]:
-                best = (e.makespan, [list(s) for s in e.sequences])
+        batch = JobShopBatch(inst, samples)
+        while (rows := np.flatnonzero(batch.live)).size:
+            obs, mask = batch.observe(rows)
+            o, m = torch.from_numpy(obs), torch.from_numpy(mask)
+            actions = policy.act(o, m, deterministic=samples == 1, temperature=temperature)[0]
+            batch.step(rows, actions.numpy())
+        row = int(batch.makespans.argmin())
+        if best is None or batch.makespans[row] < best[0]:
+            best = (float(batch.makespans[row]), batch.sequences(row))
         done_samples += samples
         if time_limit_s is None:
             break
-        seed += samples
     assert best is not None
     return Solution(best[0], best[1], time.perf_counter() - start, done_samples)
