@@ -1,7 +1,7 @@
 """Job-shop dispatching on Taillard ta01-80: the published table, with this project's rows added in the
 same run.
 
-    python bench/jssp_taillard.py                          # all 80 instances (~40 min on 2 cores)
+    python bench/jssp_taillard.py                          # all 80 instances (~55 min on 2 cores)
     python bench/jssp_taillard.py --sizes 15x15 20x20 --samples 32 --no-cpsat
 
 Rows run fresh here: job-shop-lib's SPT, MWKR and MOR rules; the committed policy
