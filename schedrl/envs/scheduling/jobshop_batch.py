@@ -15,7 +15,6 @@ from schedrl.envs.scheduling.jobshop_env import FEATURES
 
 class JobShopBatch:
     def __init__(self, inst: Instance, copies: int) -> None:
-        self.inst, self.b = inst, copies
         self.n, self.m = inst.num_jobs, inst.machines.shape[1]
         self.k = inst.num_machines
         self.mach, self.dur = inst.machines, inst.durations.astype(np.float64)
@@ -30,7 +29,6 @@ class JobShopBatch:
         self.max_dur = float(self.dur.max())
         self.lb = np.full(copies, self._bound_of(self.rows))
         self.order = np.zeros((copies, self.n * self.m), dtype=np.int64)  # jobs in dispatch order
-        self.placed = 0
         self._state()
         self._forced()
 
