@@ -138,6 +138,34 @@ def test_partial_rollouts_cut_and_resume_carry_tokens_over():
     assert r.mean_staleness <= 2
 
 
+def test_tail_batching_defers_the_prompts_a_short_round_aborts_to_a_long_round():
+    from schedrl.sim.cluster import ClusterSim
+
+    s = scenario(steps=6, schedule__consumption="tail", schedule__overprovision=1.25)
+    sim = ClusterSim(s)
+    r = sim.run()
+    # a short round launches 10 prompts x 5 responses and keeps 8 x 4; its 2 other prompts wait, so
+    # round 5 (index 4) is a long round of the 8 deferred prompts, 4 responses each, then short again
+    assert sim.tail is not None and sim.tail.long_waves == {4} and len(sim.tail.deferred) == 2
+    assert r.tokens == 5 * (10 * 5 * 100) + 8 * 4 * 100  # every launched response runs (fixed lengths)
+    train = 32 * (16 + 100) / (1000.0 * 2)
+    assert sim.tokens_trained == 6 * 32 * 116  # every update trains P0 x R0 samples
+    assert r.step_s == pytest.approx([1.0 + train] + [0.2 + 1.0 + train] * 5)
+
+
+def test_tail_batching_shortens_a_long_tailed_synchronous_step():
+    tail = {"kind": "lognormal", "median": 200, "sigma": 1.2, "cap": 4000}
+    kw = {"workload__lengths": tail, "workload__prompts_per_step": 64, "engine__max_batch": 16, "steps": 10}
+    sync = simulate(scenario(**kw))
+    packed = simulate(scenario(schedule__consumption="tail", schedule__overprovision=1.25, **kw))
+    assert packed.mean_step_s < 0.85 * sync.mean_step_s
+    assert packed.dropped == 0 and packed.mean_staleness == 0.0  # on-policy: k = 0
+    with pytest.raises(ConfigError, match="tail is a synchronous schedule"):
+        scenario(schedule__mode="async", schedule__consumption="tail")
+    with pytest.raises(ConfigError, match=r"'schedule.overprovision' \(tail batching's eta\) must be >= 1"):
+        scenario(schedule__consumption="tail", schedule__overprovision=0.8)
+
+
 def test_length_distributions_sample_their_shape_and_cap():
     rng = np.random.default_rng(0)
     x = LengthDist("lognormal", median=100, sigma=0.5, cap=10_000).sample(rng, 400, 16)

@@ -228,6 +228,8 @@ def run_simulate(args, console) -> int:
         schedule = (
             "sync" if sch.mode == "sync" else f"k={sch.max_staleness} {sch.weight_sync}/{sch.consumption}"
         )
+        if sch.consumption == "tail":
+            schedule += f" tail x{sch.overprovision:g}"
         schedule += f" {sch.admission}"
         gpus = f"{c.gpus}" if c.placement == "colocated" else f"{c.rollout_gpus}:{c.gpus - c.rollout_gpus}"
         m = sm["measured"]

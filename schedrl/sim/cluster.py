@@ -32,6 +32,7 @@ from schedrl.rollout.ordering import LengthOrdered
 from schedrl.rollout.predictors import LengthPredictor
 from schedrl.sim.engine import Job, SimEngine
 from schedrl.sim.scenario import Scenario
+from schedrl.sim.tail import TailBatching
 from schedrl.timeline import Span
 
 
@@ -45,6 +46,7 @@ class SimGroup:
     admitted: bool = False
     done: dict[int, Job] = field(default_factory=dict)
     dropped: list[int] = field(default_factory=list)
+    lengths: Any = None  # (responses, 2): each response's true and predicted length, as drawn
 
     @property
     def complete(self) -> bool:
@@ -167,7 +169,12 @@ class ClusterSim:
         self.updates = s.steps * s.updates_per_step
         self.prompts = s.workload.prompts_per_step // s.updates_per_step  # per update
         self.per_step = self.prompts * s.workload.group_size
-        self.consumption: Any = CONSUMPTION.get(consumption)(self.per_step, sch.overprovision)
+        self.tail = (
+            TailBatching(self.prompts, s.workload.group_size, sch.overprovision)
+            if consumption == "tail"
+            else None
+        )
+        self.consumption: Any = self.tail or CONSUMPTION.get(consumption)(self.per_step, sch.overprovision)
         self.bound = StalenessBound(k)
         self.groups: dict[str, SimGroup] = {}
         self.next_wave = 0
@@ -196,29 +203,50 @@ class ClusterSim:
         return LengthOrdered(name, GivenPrediction())
 
     # ---- the pipeline's steps -------------------------------------------------------------------------
-    def _issue_wave(self) -> None:
-        w, wl = self.next_wave, self.s.workload
-        lengths = wl.lengths.sample(self.rng, self.prompts, wl.group_size)
+    def _draw(self, prompts: int, responses: int) -> list[np.ndarray]:
+        """Per prompt, a (responses, 2) array: each response's true and predicted length."""
+        wl = self.s.workload
+        lengths = wl.lengths.sample(self.rng, prompts, responses)
         noise = (
             np.exp(self.rng.normal(0.0, wl.predictor_sigma, lengths.shape))
             if wl.predictor_sigma > 0
             else np.ones(lengths.shape)
         )
-        for g in range(self.prompts):
-            group = SimGroup(f"w{w}g{g}", w, [])
+        return list(np.stack([lengths, lengths * noise], axis=-1))
+
+    def _issue_wave(self) -> None:
+        w, wl = self.next_wave, self.s.workload
+        if self.tail is None:
+            rows = self._draw(self.prompts, wl.group_size)
+        else:  # a long round runs deferred prompts, R0 responses each; a short round eta x both
+            long, prompts, responses = self.tail.next_round()
+            if long:
+                rows = [r[: wl.group_size] for r in self.tail.deferred[:prompts]]
+                del self.tail.deferred[:prompts]
+                self.tail.long_waves.add(w)
+            else:
+                rows = self._draw(prompts, responses)
+        for g, row in enumerate(rows):
+            group = SimGroup(f"w{w}g{g}", w, [], lengths=row)
             group.requests = [
-                Job(
-                    f"w{w}g{g}s{i}",
-                    group,
-                    i,
-                    wl.prompt_tokens,
-                    int(lengths[g, i]),
-                    float(lengths[g, i] * noise[g, i]),
-                )
-                for i in range(wl.group_size)
+                Job(f"w{w}g{g}s{i}", group, i, wl.prompt_tokens, int(true), float(pred))
+                for i, (true, pred) in enumerate(row)
             ]
             self.groups[group.id] = group
         self.next_wave += 1
+
+    def _end_round(self, taken: list[SimGroup]) -> None:
+        """Tail batching: the round's other prompts are deferred to a long round, and every response
+        still running is aborted (its tokens are lost: the prompt runs again under new weights)."""
+        assert self.tail is not None
+        wave, keep = taken[0].wave, {g.id for g in taken}
+        for g in [g for g in self.groups.values() if g.wave == wave and g.id not in keep]:
+            del self.groups[g.id]
+            self.tail.deferred.append(g.lengths)
+        for e in self.fleet.engines:
+            self._finish(e.advance(self.fleet.now))
+        self.fleet.cut()
+        self.fleet.cut_jobs = []
 
     def _admit(self) -> None:
         if not self.weight_sync.admits(self.fleet):
@@ -227,6 +255,8 @@ class ClusterSim:
         while True:
             g = next((g for g in self.groups.values() if not g.admitted), None)
             if g is None:
+                if self.tail is not None and self.groups:
+                    break  # a tail round's kind is decided when it starts: after the last is consumed
                 self._issue_wave()
                 continue
             ahead, per_update = self.consumption.position(list(self.groups.values()), g)
@@ -276,10 +306,13 @@ class ClusterSim:
         groups: list[SimGroup] | None = self.consumption.take(list(self.groups.values()))
         if groups is None:
             return False
+        if self.tail is not None:
+            self._end_round(groups)
         tokens = 0
         for g in groups:
             del self.groups[g.id]
-            for job in g.done.values():  # Jobs
+            kept = list(g.done.values())  # in the order they finished
+            for job in kept[: self.tail.need] if self.tail else kept:
                 tokens += job.prompt + job.length
                 self.staleness.append(self.started - (job.v_min or 0))
         self.tokens_trained += tokens
@@ -312,7 +345,7 @@ class ClusterSim:
             g = job.group
             if isinstance(g, SimGroup) and g.id in self.groups:
                 g.done[job.sample_index] = job
-                if g.complete:
+                if g.complete or (self.tail is not None and self.tail.ready(g)):
                     self.new_complete.append(g)
                     self.dirty = True
 

@@ -71,7 +71,8 @@ class EngineSection:
 class ScheduleSection:
     mode: Literal["sync", "async"] = "sync"  # sync: k = 0, drain, wave (the synchronous loop)
     max_staleness: int = 0
-    consumption: Literal["wave", "partial"] = "wave"
+    # wave, partial (async), or tail: RollPacker's tail batching (sync; overprovision is its eta)
+    consumption: Literal["wave", "partial", "tail"] = "wave"
     overprovision: float = 1.0
     weight_sync: Literal["drain", "inflight", "cut_resume"] = "drain"
     stale: Literal["drop", "mask", "keep"] = "drop"
@@ -80,11 +81,18 @@ class ScheduleSection:
 
     @property
     def running(self) -> ScheduleSection:
-        """The schedule as the loop runs it: sync is the asynchronous loop at k = 0, drain and wave."""
+        """The schedule as the loop runs it: sync is the asynchronous loop at k = 0, drain and wave
+        (or tail batching, a synchronous schedule of its own)."""
         if self.mode == "async":
             return self
+        tail = self.consumption == "tail"
         return dataclasses.replace(
-            self, mode="async", max_staleness=0, consumption="wave", overprovision=1.0, weight_sync="drain"
+            self,
+            mode="async",
+            max_staleness=0,
+            consumption="tail" if tail else "wave",
+            overprovision=self.overprovision if tail else 1.0,
+            weight_sync="drain",
         )
 
 
@@ -224,6 +232,15 @@ def scenario_from_dict(data: dict[str, Any], overrides=(), where: str = "scenari
         raise ConfigError(
             f"{where}: 'updates_per_step' ({s.updates_per_step}) must divide 'workload.prompts_per_step' "
             f"({s.workload.prompts_per_step})"
+        )
+    sch = s.schedule
+    if sch.consumption == "tail" and sch.mode != "sync":
+        raise ConfigError(
+            f"{where}: 'schedule.consumption' tail is a synchronous schedule: set schedule.mode: sync"
+        )
+    if sch.consumption == "tail" and sch.overprovision < 1:
+        raise ConfigError(
+            f"{where}: 'schedule.overprovision' (tail batching's eta) must be >= 1, got {sch.overprovision!r}"
         )
     if s.warmup_steps >= s.steps:
         raise ConfigError(f"{where}: 'warmup_steps' ({s.warmup_steps}) must be below 'steps' ({s.steps})")

@@ -18,6 +18,7 @@ here trains on samples no older than the one it is compared with.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,7 +50,8 @@ def describe(s: Scenario) -> str:
     c, sch = s.cluster, s.schedule
     place = "colocated" if c.placement == "colocated" else f"split {c.rollout_gpus}:{c.gpus - c.rollout_gpus}"
     if sch.mode == "sync":
-        return f"{place} sync {sch.admission}" + (" divided" if sch.divide_groups else "")
+        tail = f" tail x{sch.overprovision:g}" if sch.consumption == "tail" else ""
+        return f"{place} sync{tail} {sch.admission}" + (" divided" if sch.divide_groups else "")
     use = "wave" if sch.consumption == "wave" else f"partial x{sch.overprovision:g}"
     out = f"{place} k={sch.max_staleness} {use} {sch.weight_sync} {sch.admission}"
     return out + (" divided" if sch.divide_groups else "")
@@ -75,8 +77,11 @@ def knobs(s: Scenario, bound: int) -> dict[str, list[dict[str, Any]]]:
 
 
 def start_point(s: Scenario) -> dict[str, Any]:
-    """The scenario's schedule as the dotted keys the search moves (sync read as async at k = 0)."""
+    """The scenario's schedule as the dotted keys the search moves (sync read as async at k = 0; tail
+    batching, a synchronous schedule, as wave)."""
     c, sch = s.cluster, s.schedule.running
+    if sch.consumption == "tail":
+        sch = dataclasses.replace(sch, consumption="wave", overprovision=1.0)
     out: dict[str, Any] = {
         "schedule.mode": "async",
         "cluster.placement": c.placement,
