@@ -432,7 +432,15 @@ def test_the_search_beats_the_published_policies_within_the_bound(tmp_path, caps
     assert "has the variants sync, async" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["april_partial", "seer_divided"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "april_partial",
+        "seer_divided",
+        "rollpacker_tail",
+        pytest.param("areal_async", marks=pytest.mark.slow),  # ~70 s
+    ],
+)
 def test_the_claim_scenarios_load_and_reproduce_the_direction(name, capsys):
     """Every claim of examples/sim/NAME.yaml runs, and the scheduled variant is the faster one."""
     import json
