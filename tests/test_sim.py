@@ -166,6 +166,24 @@ def test_tail_batching_shortens_a_long_tailed_synchronous_step():
         scenario(schedule__consumption="tail", schedule__overprovision=0.8)
 
 
+def test_tool_waits_take_a_sample_off_the_engine_between_its_turns():
+    from schedrl.sim.cluster import ClusterSim
+
+    sim = ClusterSim(scenario(workload__turns=2, workload__tool_wait_s=0.5, workload__tool_tokens=20))
+    r = sim.run()
+    # each sample: 50 tokens, a 0.5 s tool call off the engine, 50 more; the tool's 20 tokens are
+    # context (prefilled again, trained as prompt), so an update trains 32 x (16 + 20 + 100) tokens
+    train = 32 * (16 + 20 + 100) / (1000.0 * 2)
+    assert r.step_s == pytest.approx([0.5 + 0.5 + 0.5 + train] + [0.2 + 1.5 + train] * 3)
+    assert sim.tool_calls == 4 * 32 and r.tokens == 4 * 32 * 100
+    # asynchronous training fills the engines while samples wait on their tools
+    waits = {"cluster__placement": "disaggregated", "cluster__gpus": 4, "cluster__rollout_gpus": 2,
+             "steps": 6, "workload__turns": 4, "workload__tool_wait_s": 0.5, "workload__tool_wait_sigma": 1.0}  # fmt: skip
+    sync = simulate(scenario(**waits))
+    overlapped = simulate(scenario(schedule__mode="async", schedule__max_staleness=1, **waits))
+    assert overlapped.mean_step_s < 0.7 * sync.mean_step_s and overlapped.mean_staleness <= 1
+
+
 def test_length_distributions_sample_their_shape_and_cap():
     rng = np.random.default_rng(0)
     x = LengthDist("lognormal", median=100, sigma=0.5, cap=10_000).sample(rng, 400, 16)

@@ -195,6 +195,8 @@ class ClusterSim:
         self.dirty = True  # a group completed or an update ended: admission and consumption may move
         self.purged_for = -1  # the update the complete groups were last checked for staleness against
         self.new_complete: list[SimGroup] = []
+        self.tool_returns: list[tuple[float, int, Job]] = []  # (time, seq, job) of samples on a tool call
+        self.tool_calls = 0
 
     def _admission(self):
         name = self.s.schedule.admission
@@ -229,7 +231,7 @@ class ClusterSim:
         for g, row in enumerate(rows):
             group = SimGroup(f"w{w}g{g}", w, [], lengths=row)
             group.requests = [
-                Job(f"w{w}g{g}s{i}", group, i, wl.prompt_tokens, int(true), float(pred))
+                Job(f"w{w}g{g}s{i}", group, i, wl.prompt_tokens, int(true), float(pred), turns=wl.turns)
                 for i, (true, pred) in enumerate(row)
             ]
             self.groups[group.id] = group
@@ -342,12 +344,36 @@ class ClusterSim:
     def _finish(self, jobs: list[Job]) -> None:
         self.fleet.in_flight -= len(jobs)
         for job in jobs:
+            if job.generated < job.length:  # a turn ended in a tool call: back when the tool answers
+                self._call_tool(job)
+                continue
             g = job.group
             if isinstance(g, SimGroup) and g.id in self.groups:
                 g.done[job.sample_index] = job
                 if g.complete or (self.tail is not None and self.tail.ready(g)):
                     self.new_complete.append(g)
                     self.dirty = True
+
+    def _call_tool(self, job: Job) -> None:
+        wl = self.s.workload
+        wait = (
+            wl.tool_wait_s * math.exp(self.rng.normal(0.0, wl.tool_wait_sigma))
+            if wl.tool_wait_sigma
+            else wl.tool_wait_s
+        )
+        heapq.heappush(self.tool_returns, (self.fleet.now + wait, self.tool_calls, job))
+        self.tool_calls += 1
+
+    def _tool_answers(self) -> None:
+        """The earliest tool answer: its sample goes back to the least-loaded engine, history prefilled."""
+        now, _, job = heapq.heappop(self.tool_returns)
+        self.fleet.now = now
+        job.prompt += self.s.workload.tool_tokens
+        group = job.group
+        if isinstance(group, SimGroup) and group.id in self.groups:
+            self.fleet.send([job], divide=True)
+        self._finish(self.fleet.finished)
+        self.fleet.finished = []
 
     def _policies(self) -> None:
         """The pipeline loop's turn: admit, launch an update if its batch is ready, admit into the room."""
@@ -396,6 +422,13 @@ class ClusterSim:
                 heapq.heappop(heap)
             t_engine = heap[0][0] if heap else math.inf
             t_learner = self.pending[0][0] if self.pending else math.inf
+            t_tool = self.tool_returns[0][0] if self.tool_returns else math.inf
+            if t_tool < min(t_engine, t_learner):
+                self._tool_answers()
+                if self.dirty:
+                    self._policies()
+                refresh_touched()
+                continue
             if math.isinf(t_engine) and math.isinf(t_learner):
                 raise RuntimeError(
                     f"simulation stalled at update {self.started}: nothing running, no batch ready "

@@ -39,6 +39,13 @@ class Job:
     v_min: int | None = None  # the oldest and newest policy versions among its tokens
     v_max: int | None = None
     priority: float = 0.0
+    turns: int = 1  # model turns; between two, the sample waits on a tool off the engine
+
+    @property
+    def turn_end(self) -> int:
+        """Tokens generated when the current turn ends: turn t of n ends at round(t x length / n)."""
+        done = self.generated * self.turns // self.length if self.length else 0
+        return min(self.length, max(self.generated + 1, round((done + 1) * self.length / self.turns)))
 
     @property
     def group_id(self) -> str:
@@ -203,7 +210,7 @@ class SimEngine:
         if job.v_min is None:
             job.v_min = self.version
         job.v_max = self.version
-        finish = self.steps + (job.length - job.generated)
+        finish = self.steps + (job.turn_end - job.generated)
         self.running[job.id] = (job, self.steps, finish)
         self._ctx_base += job.prompt + job.generated - self.steps
         self._prefill += job.num_prefill_tokens

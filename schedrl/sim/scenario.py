@@ -34,6 +34,13 @@ class WorkloadSection:
     prompt_tokens: int = 512
     lengths: LengthDist = field(default_factory=LengthDist)
     predictor_sigma: float = 0.5  # length-ordered admission: predictions off by a log-normal factor
+    # multi-turn samples: a sample's length splits evenly into `turns` model turns; after each but the
+    # last it leaves the engine for a tool call of tool_wait_s x exp(N(0, tool_wait_sigma)) seconds, and
+    # comes back with `tool_tokens` more context, prefilled again with the whole history
+    turns: int = 1
+    tool_wait_s: float = 0.0
+    tool_wait_sigma: float = 0.0
+    tool_tokens: int = 0
 
 
 @dataclass
@@ -178,6 +185,7 @@ _POSITIVE = (
     "workload.prompts_per_step",
     "workload.group_size",
     "workload.prompt_tokens",
+    "workload.turns",
     "cluster.gpus",
     "cluster.gpus_per_engine",
     "cluster.memory_gb",
