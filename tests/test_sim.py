@@ -184,6 +184,26 @@ def test_tool_waits_take_a_sample_off_the_engine_between_its_turns():
     assert overlapped.mean_step_s < 0.7 * sync.mean_step_s and overlapped.mean_staleness <= 1
 
 
+def test_long_tail_migration_spreads_the_last_requests_over_idle_engines():
+    from schedrl.sim.cluster import ClusterSim
+
+    # two engines, a compute-bound step of 10 ms + 1 ms per running request; each step one group of
+    # 4 x 1000 tokens and one of 4 x 100 (seed 2 draws one of each), one group per engine
+    lengths = {"kind": "empirical", "values": [100, 1000], "per_group": True, "sigma": 0.0}
+    kw = {"steps": 2, "warmup_steps": 1, "seed": 2, "workload__prompts_per_step": 2, "workload__lengths": lengths,
+          "engine__overhead_s": 0.01, "engine__compute_token_s": 0.001, "engine__weights_s": 0.0}  # fmt: skip
+    train = (4 * (16 + 1000) + 4 * (16 + 100)) / (1000.0 * 2)
+    still = simulate(scenario(**kw))
+    assert still.step_s == pytest.approx([1000 * 0.014 + train, 0.2 + 1000 * 0.014 + train])
+    sim = ClusterSim(scenario(schedule__migrate=True, **kw))
+    moved = sim.run()
+    # after 100 steps the short group's engine runs dry and takes 2 of the 4 long requests: 900 steps
+    # at 2 running on each engine instead of 4 on one
+    gen = 100 * 0.014 + 900 * 0.012
+    assert moved.step_s == pytest.approx([gen + train, 0.2 + gen + train])
+    assert sim.migrated == 4 and moved.tokens == still.tokens
+
+
 def test_length_distributions_sample_their_shape_and_cap():
     rng = np.random.default_rng(0)
     x = LengthDist("lognormal", median=100, sigma=0.5, cap=10_000).sample(rng, 400, 16)

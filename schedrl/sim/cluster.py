@@ -197,6 +197,7 @@ class ClusterSim:
         self.new_complete: list[SimGroup] = []
         self.tool_returns: list[tuple[float, int, Job]] = []  # (time, seq, job) of samples on a tool call
         self.tool_calls = 0
+        self.migrated = 0  # requests moved between engines (long-tail migration)
 
     def _admission(self):
         name = self.s.schedule.admission
@@ -375,6 +376,21 @@ class ClusterSim:
         self._finish(self.fleet.finished)
         self.fleet.finished = []
 
+    def _migrate(self, dst: SimEngine) -> None:
+        """Long-tail migration: `dst` ran dry; it takes half the requests of the engine holding the most.
+        Simplified from JigsawRL, which moves the keys and values and plans moves with a look-ahead over
+        its sub-stage graph: here a moved running request re-prefills its context, and the rule is greedy."""
+        src = max(self.fleet.engines, key=lambda e: (e.held, -e.index))
+        if src is dst or src.held < 2:
+            return
+        self._finish(src.advance(self.fleet.now))
+        jobs = src.take(src.held // 2)
+        if jobs:
+            self._finish(dst.advance(self.fleet.now))
+            dst.submit(jobs)
+            self.migrated += len(jobs)
+            self.fleet.touched |= {src.index, dst.index}
+
     def _policies(self) -> None:
         """The pipeline loop's turn: admit, launch an update if its batch is ready, admit into the room."""
         self.dirty = False
@@ -452,6 +468,8 @@ class ClusterSim:
             e = engines[idx]
             self.fleet.now = t_engine
             self._finish(e.advance(t_engine))
+            if self.s.schedule.migrate and e.held == 0:
+                self._migrate(e)
             before = self.fleet.syncs
             if self.dirty or (self.fleet.staged is not None and self.fleet.idle):
                 self._policies()

@@ -218,6 +218,28 @@ class SimEngine:
         self._seq += 1
 
     # ---- what the cluster does to it ---------------------------------------------------------------
+    def take(self, n: int) -> list[Job]:
+        """Up to `n` requests for another engine (long-tail migration): the last in line first, then
+        the running ones with the most predicted tokens left, each keeping its tokens; one keeps running."""
+        out: list[Job] = []
+        while self.waiting and len(out) < n:
+            out.append(self.waiting.pop())
+        movable = min(n - len(out), len(self.running) - 1)
+        if movable > 0:
+            moving = sorted(
+                self.running.values(),
+                key=lambda r: r[0].predicted - (r[0].generated + self.steps - r[1]),
+                reverse=True,
+            )[:movable]
+            for job, c0, _ in moving:
+                del self.running[job.id]
+                self._ctx_base -= job.prompt + job.generated - c0
+                job.generated += self.steps - c0
+                out.append(job)
+            self._heap = [entry for entry in self._heap if entry[2] in self.running]
+            heapq.heapify(self._heap)
+        return out
+
     def submit(self, jobs: Sequence[Job], front: bool = False) -> None:
         if front:
             self.waiting[:0] = jobs

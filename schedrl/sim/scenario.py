@@ -85,6 +85,9 @@ class ScheduleSection:
     stale: Literal["drop", "mask", "keep"] = "drop"
     admission: Literal["fcfs", "lpt", "spt"] = "fcfs"
     divide_groups: bool = False  # each sample to the least-loaded engine, not whole groups
+    # long-tail migration (JigsawRL): an engine that runs dry takes half the requests of the busiest one,
+    # waiting ones first, then running ones, which re-prefill their context where they land
+    migrate: bool = False
 
     @property
     def running(self) -> ScheduleSection:

@@ -8,6 +8,7 @@ The cluster, the model and the workload stay the scenario's; the schedule's knob
     weight sync   drain, inflight, cut_resume
     admission     fcfs, lpt (with the scenario's predictor error)
     groups        whole to one engine, or divided
+    migration     none, or long-tail migration (an engine that runs dry takes half the busiest one's)
 
 Coordinate descent: from the scenario's schedule, each knob in turn is set to its best value with the
 others held, until a full round changes nothing (at most `rounds`). Every schedule simulated is kept
@@ -51,10 +52,11 @@ def describe(s: Scenario) -> str:
     place = "colocated" if c.placement == "colocated" else f"split {c.rollout_gpus}:{c.gpus - c.rollout_gpus}"
     if sch.mode == "sync":
         tail = f" tail x{sch.overprovision:g}" if sch.consumption == "tail" else ""
-        return f"{place} sync{tail} {sch.admission}" + (" divided" if sch.divide_groups else "")
+        out = f"{place} sync{tail} {sch.admission}" + (" divided" if sch.divide_groups else "")
+        return out + (" migrate" if sch.migrate else "")
     use = "wave" if sch.consumption == "wave" else f"partial x{sch.overprovision:g}"
     out = f"{place} k={sch.max_staleness} {use} {sch.weight_sync} {sch.admission}"
-    return out + (" divided" if sch.divide_groups else "")
+    return out + (" divided" if sch.divide_groups else "") + (" migrate" if sch.migrate else "")
 
 
 def knobs(s: Scenario, bound: int) -> dict[str, list[dict[str, Any]]]:
@@ -73,6 +75,7 @@ def knobs(s: Scenario, bound: int) -> dict[str, list[dict[str, Any]]]:
         "weight sync": [{"schedule.weight_sync": w} for w in ("drain", "inflight", "cut_resume")],
         "admission": [{"schedule.admission": a} for a in ("fcfs", "lpt")],
         "groups": [{"schedule.divide_groups": d} for d in (False, True)],
+        "migration": [{"schedule.migrate": m} for m in (False, True)],
     }
 
 
@@ -91,6 +94,7 @@ def start_point(s: Scenario) -> dict[str, Any]:
         "schedule.weight_sync": sch.weight_sync,
         "schedule.admission": sch.admission,
         "schedule.divide_groups": sch.divide_groups,
+        "schedule.migrate": sch.migrate,
     }
     if c.placement == "disaggregated":
         out["cluster.rollout_gpus"] = c.rollout_gpus
