@@ -204,6 +204,23 @@ def test_long_tail_migration_spreads_the_last_requests_over_idle_engines():
     assert sim.migrated == 4 and moved.tokens == still.tokens
 
 
+def test_auto_staleness_follows_the_mismatch_the_drift_gives_it():
+    common = {"cluster__placement": "disaggregated", "cluster__gpus": 4, "cluster__rollout_gpus": 2,
+              "steps": 10, "schedule__mode": "async", "schedule__max_staleness": "auto",
+              "schedule__staleness_max": 3}  # fmt: skip
+    # no drift: the mismatch stays below auto_low, so k grows by one every `patience` (2) updates to 3
+    calm = simulate(scenario(**common))
+    assert calm.k_trace == [0, 1, 1, 2, 2, 3, 3, 3, 3, 3]
+    # a drift that puts one version of staleness above auto_high: k comes back down and stays near 0
+    rough = simulate(scenario(schedule__drift_kl=0.05, **common))
+    assert max(rough.k_trace) <= 1 and rough.k_trace[-1] == 0
+    assert rough.mean_staleness < calm.mean_staleness and rough.mean_step_s > calm.mean_step_s
+    fixed = simulate(scenario(**{**common, "schedule__max_staleness": 3}))
+    assert fixed.k_trace == [3] * 10  # a fixed bound never moves
+    with pytest.raises(ConfigError, match="max_staleness auto needs"):
+        scenario(schedule__max_staleness="auto", schedule__staleness_min=3, schedule__staleness_max=1)
+
+
 def test_length_distributions_sample_their_shape_and_cap():
     rng = np.random.default_rng(0)
     x = LengthDist("lognormal", median=100, sigma=0.5, cap=10_000).sample(rng, 400, 16)

@@ -118,12 +118,12 @@ def run_search(args, console) -> int:
         raise ValueError(f"--variant {name!r}: {args.scenario} has the variants {', '.join(sources)}")
     base, sets = sources[name]
     start = scenario_from_dict(base, [*sets, *args.overrides], where=f"{args.scenario} (variant {name!r})")
-    bound = args.bound if args.bound is not None else start.schedule.running.max_staleness
+    bound = args.bound if args.bound is not None else start.schedule.running.k_bound
     # the published policies: the file's variants on the same cluster, within the bound
     published = []
     for other, (b, o_sets) in sources.items():
         s = scenario_from_dict(b, [*o_sets, *args.overrides], where=f"{args.scenario} (variant {other!r})")
-        if s.cluster.gpus == start.cluster.gpus and s.schedule.running.max_staleness <= bound:
+        if s.cluster.gpus == start.cluster.gpus and s.schedule.running.k_bound <= bound:
             published.append((other, s, simulate(s)))
     ref_name, ref_s, ref = max(published, key=lambda p: p[2].steps_per_s)
     with Progress(console=console, transient=True, disable=args.json) as bar:

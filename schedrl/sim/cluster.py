@@ -26,7 +26,7 @@ import numpy as np
 
 from schedrl.engine.admission import FCFS
 from schedrl.orchestrate.consumption import CONSUMPTION
-from schedrl.orchestrate.staleness import StalenessBound, expected_update, may_admit
+from schedrl.orchestrate.staleness import AutoStaleness, StalenessBound, expected_update, may_admit
 from schedrl.orchestrate.weight_sync import WEIGHT_SYNC
 from schedrl.rollout.ordering import LengthOrdered
 from schedrl.rollout.predictors import LengthPredictor
@@ -138,6 +138,7 @@ class SimResult:
     makespan_s: float
     spans: list[Span]
     gen_s: list[float]  # per update: from its batch's first admission to its last sample
+    k_trace: list[int] = field(default_factory=list)  # the staleness bound after each update
 
     def summary(self) -> dict:
         return {
@@ -151,6 +152,7 @@ class SimResult:
             "dropped": self.dropped,
             "mean_staleness": round(self.mean_staleness, 3),
             "makespan_s": round(self.makespan_s, 3),
+            "final_k": self.k_trace[-1] if self.k_trace else None,
         }
 
 
@@ -158,8 +160,7 @@ class ClusterSim:
     def __init__(self, s: Scenario) -> None:
         self.s = s
         sch = s.schedule.running
-        k, sync_policy, consumption = sch.max_staleness, sch.weight_sync, sch.consumption
-        self.k = k
+        sync_policy, consumption = sch.weight_sync, sch.consumption
         self.rng = np.random.default_rng(s.seed)
         cost = s.engine_cost()
         engines = [SimEngine(i, cost, self._admission()) for i in range(s.num_engines)]
@@ -175,7 +176,18 @@ class ClusterSim:
             else None
         )
         self.consumption: Any = self.tail or CONSUMPTION.get(consumption)(self.per_step, sch.overprovision)
-        self.bound = StalenessBound(k)
+        self.bound = (
+            AutoStaleness(
+                k=sch.staleness_min,
+                k_min=sch.staleness_min,
+                k_max=sch.staleness_max,
+                low=sch.auto_low,
+                high=sch.auto_high,
+            )
+            if sch.max_staleness == "auto"
+            else StalenessBound(sch.max_staleness)
+        )
+        self.k_trace: list[int] = []  # k after each update (moves only under auto)
         self.groups: dict[str, SimGroup] = {}
         self.next_wave = 0
         self.started = 0  # updates launched
@@ -264,7 +276,7 @@ class ClusterSim:
                 continue
             ahead, per_update = self.consumption.position(list(self.groups.values()), g)
             if expected_update(self.started, ahead, per_update) >= self.updates or not may_admit(
-                self.started, ahead, per_update, self.fleet.version, self.k
+                self.started, ahead, per_update, self.fleet.version, self.bound.k
             ):
                 break
             g.admitted = True
@@ -311,14 +323,18 @@ class ClusterSim:
             return False
         if self.tail is not None:
             self._end_round(groups)
-        tokens = 0
+        tokens, ages = 0, []
         for g in groups:
             del self.groups[g.id]
             kept = list(g.done.values())  # in the order they finished
             for job in kept[: self.tail.need] if self.tail else kept:
                 tokens += job.prompt + job.length
                 self.staleness.append(self.started - (job.v_min or 0))
+                ages.append(self.started - ((job.v_min or 0) + (job.v_max or 0)) / 2)
         self.tokens_trained += tokens
+        # the mismatch AutoStaleness follows: drift_kl per version, at the batch's mean token age
+        self.bound.observe(self.s.schedule.drift_kl * (statistics.fmean(ages) if ages else 0.0))
+        self.k_trace.append(self.bound.k)
         if (
             self.started + 1
         ) % self.s.updates_per_step == 0:  # a step's generation: its first admission to now
@@ -395,7 +411,8 @@ class ClusterSim:
         """The pipeline loop's turn: admit, launch an update if its batch is ready, admit into the room."""
         self.dirty = False
         self._admit()
-        if self._launch_update():
+        dropped = self.dropped
+        if self._launch_update() or self.dropped != dropped:  # a purge (k shrank) can free room too
             self._admit()
         self._finish(self.fleet.finished)
         self.fleet.finished = []
@@ -504,6 +521,7 @@ class ClusterSim:
             makespan_s=makespan,
             spans=spans,
             gen_s=self.gen_s,
+            k_trace=self.k_trace,
         )
 
 

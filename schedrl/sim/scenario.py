@@ -77,7 +77,14 @@ class EngineSection:
 @dataclass
 class ScheduleSection:
     mode: Literal["sync", "async"] = "sync"  # sync: k = 0, drain, wave (the synchronous loop)
-    max_staleness: int = 0
+    # k, or "auto": the pipeline's AutoStaleness moves k within [staleness_min, staleness_max], following
+    # the behaviour-vs-learner mismatch, which the simulator takes as drift_kl per version of staleness
+    max_staleness: int | Literal["auto"] = 0
+    staleness_min: int = 0
+    staleness_max: int = 4
+    auto_low: float = 0.002  # auto: grow k while the mismatch stays below this
+    auto_high: float = 0.01  # auto: shrink k when the mismatch goes above this
+    drift_kl: float = 0.0  # (assumed) k3 KL per token that one version of staleness adds
     # wave, partial (async), or tail: RollPacker's tail batching (sync; overprovision is its eta)
     consumption: Literal["wave", "partial", "tail"] = "wave"
     overprovision: float = 1.0
@@ -88,6 +95,11 @@ class ScheduleSection:
     # long-tail migration (JigsawRL): an engine that runs dry takes half the requests of the busiest one,
     # waiting ones first, then running ones, which re-prefill their context where they land
     migrate: bool = False
+
+    @property
+    def k_bound(self) -> int:
+        """The largest k the schedule can reach (auto: staleness_max)."""
+        return self.staleness_max if self.max_staleness == "auto" else self.max_staleness
 
     @property
     def running(self) -> ScheduleSection:
@@ -252,6 +264,13 @@ def scenario_from_dict(data: dict[str, Any], overrides=(), where: str = "scenari
     if sch.consumption == "tail" and sch.overprovision < 1:
         raise ConfigError(
             f"{where}: 'schedule.overprovision' (tail batching's eta) must be >= 1, got {sch.overprovision!r}"
+        )
+    if sch.max_staleness == "auto" and not (
+        sch.staleness_min <= sch.staleness_max and sch.auto_low < sch.auto_high
+    ):
+        raise ConfigError(
+            f"{where}: max_staleness auto needs schedule.staleness_min <= staleness_max and auto_low < auto_high, "
+            f"got {sch.staleness_min}, {sch.staleness_max}, {sch.auto_low}, {sch.auto_high}"
         )
     if s.warmup_steps >= s.steps:
         raise ConfigError(f"{where}: 'warmup_steps' ({s.warmup_steps}) must be below 'steps' ({s.steps})")

@@ -88,7 +88,7 @@ def start_point(s: Scenario) -> dict[str, Any]:
     out: dict[str, Any] = {
         "schedule.mode": "async",
         "cluster.placement": c.placement,
-        "schedule.max_staleness": sch.max_staleness,
+        "schedule.max_staleness": sch.k_bound,
         "schedule.consumption": sch.consumption,
         "schedule.overprovision": sch.overprovision,
         "schedule.weight_sync": sch.weight_sync,
