@@ -204,6 +204,30 @@ def test_long_tail_migration_spreads_the_last_requests_over_idle_engines():
     assert sim.migrated == 4 and moved.tokens == still.tokens
 
 
+def test_pinned_tool_waits_prefill_only_the_tool_answer():
+    from schedrl.sim.cluster import ClusterSim
+
+    kw = {"workload__turns": 2, "workload__tool_wait_s": 0.5, "workload__tool_tokens": 20,
+          "engine__prefill_token_s": 1e-3}  # fmt: skip
+    train = 32 * (16 + 20 + 100) / (1000.0 * 2)
+    # per engine 16 samples: turn 1 prefills 16 x 16 prompt tokens, decodes 50; the tool takes 0.5 s;
+    # turn 2 prefills the history (16 + 50 + 20 each) after release, only the 20 answer tokens if pinned
+    first = 50 * 0.01 + 16 * 16 * 1e-3 + 0.5 + 50 * 0.01
+    release = simulate(scenario(**kw))
+    assert release.step_s[0] == pytest.approx(first + 16 * 86 * 1e-3 + train)
+    pin = ClusterSim(scenario(workload__tool_wait="pin", **kw))
+    pinned = pin.run()
+    assert pinned.step_s[0] == pytest.approx(first + 16 * 20 * 1e-3 + train)
+    assert [e.evicted for e in pin.fleet.engines] == [0, 0]
+    # 4 park slots for 16 waiting samples: 12 are evicted each step and prefill their history again
+    crowded = ClusterSim(scenario(workload__tool_wait="pin", workload__park_slots=4, **kw))
+    r = crowded.run()
+    assert [e.evicted for e in crowded.fleet.engines] == [4 * 12, 4 * 12]
+    assert pinned.mean_step_s < r.mean_step_s < release.mean_step_s
+    with pytest.raises(ConfigError, match="tool_wait_args"):
+        scenario(workload__tool_wait="pin", workload__tool_wait_args={"quantile": 2.0})
+
+
 def test_auto_staleness_follows_the_mismatch_the_drift_gives_it():
     common = {"cluster__placement": "disaggregated", "cluster__gpus": 4, "cluster__rollout_gpus": 2,
               "steps": 10, "schedule__mode": "async", "schedule__max_staleness": "auto",

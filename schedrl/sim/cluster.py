@@ -30,6 +30,7 @@ from schedrl.orchestrate.staleness import AutoStaleness, StalenessBound, expecte
 from schedrl.orchestrate.weight_sync import WEIGHT_SYNC
 from schedrl.rollout.ordering import LengthOrdered
 from schedrl.rollout.predictors import LengthPredictor
+from schedrl.rollout.tool_wait import Back, Turn, make_tool_wait
 from schedrl.sim.engine import Job, SimEngine
 from schedrl.sim.scenario import Scenario
 from schedrl.sim.tail import TailBatching
@@ -80,11 +81,11 @@ class SimFleet:
     def idle(self) -> bool:
         return self.in_flight == 0
 
-    def send(self, jobs: list[Job], divide: bool, front: bool = False) -> None:
-        """Each group (each job, if `divide`) to the engine holding the fewest jobs; `front`: ahead of
-        the engine's waiting requests."""
+    def send(self, jobs: list[Job], divide: bool, front: bool = False, to: int | None = None) -> None:
+        """Each group (each job, if `divide`) to the engine holding the fewest jobs (or to engine `to`:
+        where its keys and values are parked); `front`: ahead of the engine's waiting requests."""
         units = [[j] for j in jobs] if divide else _by_group(jobs)
-        load = [(e.held, e.index) for e in self.engines]
+        load = [(e.held, e.index) for e in self.engines if to is None or e.index == to]
         heapq.heapify(load)
         for unit in units:
             held, i = heapq.heappop(load)
@@ -209,6 +210,8 @@ class ClusterSim:
         self.new_complete: list[SimGroup] = []
         self.tool_returns: list[tuple[float, int, Job]] = []  # (time, seq, job) of samples on a tool call
         self.tool_calls = 0
+        wl = s.workload
+        self.tool_wait: Any = make_tool_wait(wl.tool_wait, **wl.tool_wait_args)
         self.migrated = 0  # requests moved between engines (long-tail migration)
 
     def _admission(self):
@@ -373,6 +376,11 @@ class ClusterSim:
 
     def _call_tool(self, job: Job) -> None:
         wl = self.s.workload
+        job.waited_from = self.fleet.now
+        turn = Turn(job.id, job.turn - 1, job.turns, job.prompt + job.generated)
+        keep = self.tool_wait.keep_s(turn)
+        if keep > 0:
+            self.fleet.engines[job.engine].park(job, self.fleet.now + keep, wl.park_slots)
         wait = (
             wl.tool_wait_s * math.exp(self.rng.normal(0.0, wl.tool_wait_sigma))
             if wl.tool_wait_sigma
@@ -385,10 +393,14 @@ class ClusterSim:
         """The earliest tool answer: its sample goes back to the least-loaded engine, history prefilled."""
         now, _, job = heapq.heappop(self.tool_returns)
         self.fleet.now = now
+        history = job.prompt + job.generated
+        self.tool_wait.observe(Back(job.id, job.turn, job.turns, history, now - job.waited_from))
+        kept = self.fleet.engines[job.engine].unpark(job, now)
+        job.cached = history if kept else 0
         job.prompt += self.s.workload.tool_tokens
         group = job.group
         if isinstance(group, SimGroup) and group.id in self.groups:
-            self.fleet.send([job], divide=True)
+            self.fleet.send([job], divide=True, to=job.engine if kept else None)
         self._finish(self.fleet.finished)
         self.fleet.finished = []
 

@@ -40,6 +40,9 @@ class Job:
     v_max: int | None = None
     priority: float = 0.0
     turns: int = 1  # model turns; between two, the sample waits on a tool off the engine
+    cached: int = 0  # context tokens whose keys and values wait parked in the engine (pin): not prefilled
+    engine: int = -1  # the engine it last ran on
+    waited_from: float = 0.0  # when its current tool call started
 
     @property
     def turn_end(self) -> int:
@@ -53,7 +56,12 @@ class Job:
 
     @property
     def num_prefill_tokens(self) -> int:
-        return self.prompt + self.generated
+        return self.prompt + self.generated - self.cached
+
+    @property
+    def turn(self) -> int:
+        """The model turns it has finished."""
+        return self.generated * self.turns // self.length if self.length else 0
 
     @property
     def prefix_ids(self) -> range:  # only its length is read
@@ -84,6 +92,8 @@ class SimEngine:
         self.held_s = 0.0  # seconds the learner held the devices (colocated)
         self.tokens = 0
         self.spans: list[Span] = []
+        self.parked: dict[str, tuple[Job, float]] = {}  # id -> (job, expiry): pinned during a tool wait
+        self.evicted = 0  # parked trajectories evicted for room before their time to live ran out
         self.on_token = None  # admission policies that follow the batch chain onto these (never fired)
         self.on_finish = None
         if hasattr(self.admission, "bind"):
@@ -214,6 +224,7 @@ class SimEngine:
         self.running[job.id] = (job, self.steps, finish)
         self._ctx_base += job.prompt + job.generated - self.steps
         self._prefill += job.num_prefill_tokens
+        job.cached, job.engine = 0, self.index
         heapq.heappush(self._heap, (finish, self._seq, job.id))
         self._seq += 1
 
@@ -239,6 +250,23 @@ class SimEngine:
             self._heap = [entry for entry in self._heap if entry[2] in self.running]
             heapq.heapify(self._heap)
         return out
+
+    def park(self, job: Job, until: float, slots: int) -> None:
+        """Keep `job`'s keys and values until `until` (pin) in one of `slots` park slots: expired ones
+        go first, then, if all are held, the one expiring first is evicted."""
+        now = self.clock
+        for rid in [rid for rid, (_, t) in self.parked.items() if t < now]:
+            del self.parked[rid]
+        if len(self.parked) >= slots:
+            first = min(self.parked, key=lambda rid: self.parked[rid][1])
+            del self.parked[first]
+            self.evicted += 1
+        self.parked[job.id] = (job, until)
+
+    def unpark(self, job: Job, at: float) -> bool:
+        """Whether `job`'s keys and values are still here at `at` (neither expired nor evicted)."""
+        entry = self.parked.pop(job.id, None)
+        return entry is not None and at <= entry[1]
 
     def submit(self, jobs: Sequence[Job], front: bool = False) -> None:
         if front:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from schedrl.config import ConfigError, apply_sets, build_dataclass, read_recipe
+from schedrl.rollout.tool_wait import make_tool_wait
 from schedrl.sim.costs import GPUS, EngineCost, LearnerCost, SyncCost
 from schedrl.sim.lengths import DistributionError, LengthDist
 
@@ -41,6 +42,12 @@ class WorkloadSection:
     tool_wait_s: float = 0.0
     tool_wait_sigma: float = 0.0
     tool_tokens: int = 0
+    # what a sample holds while it waits: release (its slot, and it prefills its history again) or pin
+    # (its keys and values stay parked for a time to live, then only the tool's tokens prefill): the
+    # pipeline's own policies (schedrl.rollout.tool_wait), with their arguments
+    tool_wait: Literal["release", "pin"] = "release"
+    tool_wait_args: dict[str, Any] = field(default_factory=dict)
+    park_slots: int = 64  # pin: trajectories an engine keeps parked at once (the earliest to expire goes)
 
 
 @dataclass
@@ -271,6 +278,14 @@ def scenario_from_dict(data: dict[str, Any], overrides=(), where: str = "scenari
         raise ConfigError(
             f"{where}: max_staleness auto needs schedule.staleness_min <= staleness_max and auto_low < auto_high, "
             f"got {sch.staleness_min}, {sch.staleness_max}, {sch.auto_low}, {sch.auto_high}"
+        )
+    try:
+        make_tool_wait(s.workload.tool_wait, **s.workload.tool_wait_args)
+    except ValueError as err:
+        raise ConfigError(f"{where}: 'workload.tool_wait_args': {err}") from None
+    if s.workload.tool_wait == "pin" and s.workload.park_slots < 1:
+        raise ConfigError(
+            f"{where}: 'workload.park_slots' must be >= 1 with tool_wait pin, got {s.workload.park_slots!r}"
         )
     if s.warmup_steps >= s.steps:
         raise ConfigError(f"{where}: 'warmup_steps' ({s.warmup_steps}) must be below 'steps' ({s.steps})")
