@@ -212,6 +212,7 @@ class ClusterSim:
         self.tool_calls = 0
         wl = s.workload
         self.tool_wait: Any = make_tool_wait(wl.tool_wait, **wl.tool_wait_args)
+        self.held: list[Job] = []  # lockstep: answers held until no sample is generating
         self.migrated = 0  # requests moved between engines (long-tail migration)
 
     def _admission(self):
@@ -394,13 +395,26 @@ class ClusterSim:
         now, _, job = heapq.heappop(self.tool_returns)
         self.fleet.now = now
         history = job.prompt + job.generated
-        self.tool_wait.observe(Back(job.id, job.turn, job.turns, history, now - job.waited_from))
+        back = Back(job.id, job.turn, job.turns, history, now - job.waited_from)
+        self.tool_wait.observe(back)
         kept = self.fleet.engines[job.engine].unpark(job, now)
         job.cached = history if kept else 0
         job.prompt += self.s.workload.tool_tokens
+        job.priority = self.tool_wait.priority(back)
         group = job.group
-        if isinstance(group, SimGroup) and group.id in self.groups:
+        if not (isinstance(group, SimGroup) and group.id in self.groups):
+            return
+        if self.tool_wait.lockstep:
+            self.held.append(job)
+        else:
             self.fleet.send([job], divide=True, to=job.engine if kept else None)
+
+    def _release_held(self) -> None:
+        """Lockstep: every sample is waiting on a tool or done, and every tool has answered."""
+        jobs, self.held = self.held, []
+        self.fleet.send(jobs, divide=True)
+        self._finish(self.fleet.finished)
+        self.fleet.finished = []
         self._finish(self.fleet.finished)
         self.fleet.finished = []
 
@@ -463,6 +477,9 @@ class ClusterSim:
             guard += 1
             if guard > 50_000_000:
                 raise RuntimeError("simulation did not finish (event budget spent)")
+            if self.held and self.fleet.in_flight == 0 and not self.tool_returns:
+                self._release_held()
+                refresh_touched()
             while heap and heap[0][1] != epoch[heap[0][2]]:
                 heapq.heappop(heap)
             t_engine = heap[0][0] if heap else math.inf

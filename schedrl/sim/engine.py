@@ -269,10 +269,19 @@ class SimEngine:
         return entry is not None and at <= entry[1]
 
     def submit(self, jobs: Sequence[Job], front: bool = False) -> None:
+        """Queue `jobs` at the back, or at the `front`; a job with a priority above 0 goes ahead of every
+        waiting job of lower priority (a priority-aware admission: returning trajectories first)."""
         if front:
             self.waiting[:0] = jobs
-        else:
-            self.waiting.extend(jobs)
+            return
+        for job in jobs:
+            if job.priority > 0:
+                at = next(
+                    (i for i, w in enumerate(self.waiting) if w.priority < job.priority), len(self.waiting)
+                )
+                self.waiting.insert(at, job)
+            else:
+                self.waiting.append(job)
 
     def hold(self, start: float, end: float) -> None:
         """The devices go to the learner from `start` to `end` (colocated): nothing runs meanwhile."""

@@ -42,10 +42,11 @@ class WorkloadSection:
     tool_wait_s: float = 0.0
     tool_wait_sigma: float = 0.0
     tool_tokens: int = 0
-    # what a sample holds while it waits: release (its slot, and it prefills its history again) or pin
-    # (its keys and values stay parked for a time to live, then only the tool's tokens prefill): the
-    # pipeline's own policies (schedrl.rollout.tool_wait), with their arguments
-    tool_wait: Literal["release", "pin"] = "release"
+    # what a sample holds while it waits, the pipeline's own policies (schedrl.rollout.tool_wait) with
+    # their arguments: release (its slot; it prefills its history again), pin (its keys and values stay
+    # parked for a time to live; only the tool's tokens prefill), priority (release, back ahead of fresh
+    # samples), lockstep (every answer held until no sample is generating: TRL's tool loop)
+    tool_wait: Literal["release", "pin", "priority", "lockstep"] = "release"
     tool_wait_args: dict[str, Any] = field(default_factory=dict)
     park_slots: int = 64  # pin: trajectories an engine keeps parked at once (the earliest to expire goes)
 
