@@ -59,12 +59,18 @@ def test_advancing_to_a_time_between_finishes_keeps_the_fluid_exact():
     a, b = SimEngine(0, cost), SimEngine(1, cost)
     for e in (a, b):
         e.submit(jobs([10, 4]))
-    assert a.advance(2.5) == [] and a.steps == 2  # whole steps only; the clock stops at 2.5
+    # at 2.5 the engine is inside its third step: it finishes that step (clock 3.0), as a real one would
+    assert a.advance(2.5) == [] and a.steps == 3 and a.clock == 3.0
     t = a.next_finish()
-    assert t is not None and t == 4.5  # from 2.5, the 2 steps left of j1
+    assert t is not None and t == 4.0  # from 3.0, the one step left of j1
     assert [j.id for j in a.advance(t)] == ["j1"]
-    # stopping and restarting costs at most the fraction of a step it stopped inside
-    assert run_engine(a)[0] - run_engine(b)[0] == pytest.approx(0.5)
+    # a request arriving mid-step starts at the step's end; stopping there costs the engine nothing
+    assert run_engine(a)[0] == run_engine(b)[0] == 10.0
+    c = SimEngine(2, cost)
+    c.submit(jobs([3]))
+    assert c.advance(1.5) == [] and c.clock == 2.0
+    c.submit([Job("late", None, 0, 10, 1, 1.0)])  # arrives at 1.5, runs from 2.0: both end at 3.0
+    assert [j.id for j in c.advance(c.next_finish() or 0.0)] == ["j0", "late"] and c.clock == 3.0
 
 
 def scenario(**over):
@@ -517,6 +523,7 @@ def test_the_search_beats_the_published_policies_within_the_bound(tmp_path, caps
         "april_partial",
         "seer_divided",
         "rollpacker_tail",
+        "tool_waits",
         pytest.param("areal_async", marks=pytest.mark.slow),  # ~70 s
     ],
 )

@@ -230,6 +230,8 @@ def run_simulate(args, console) -> int:
         )
         if sch.consumption == "tail":
             schedule += f" tail x{sch.overprovision:g}"
+        if s.workload.turns > 1:
+            schedule += f" {s.workload.tool_wait}"
         schedule += f" {sch.admission}"
         gpus = f"{c.gpus}" if c.placement == "colocated" else f"{c.rollout_gpus}:{c.gpus - c.rollout_gpus}"
         m = sm["measured"]

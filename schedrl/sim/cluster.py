@@ -345,15 +345,17 @@ class ClusterSim:
             first = self.started + 1 - self.s.updates_per_step
             self.gen_s.append(self.fleet.now - self.first_admit.get(first, self.fleet.now))
         start = max(self.fleet.now, self.learner_free_at)
+        if self.colocated:  # the learner takes the devices: unfinished requests are cut, kept, resumed after
+            for e in self.fleet.engines:  # each engine ends its step first (what finishes there stays done)
+                self._finish(e.advance(self.fleet.now))
+                start = max(start, e.clock)
+            self.fleet.cut()
         c = self.s.cluster
         slow = c.learner_interference if c.placement == "disaggregated" else 1.0
         train = self.s.learner.train_s(tokens, self.s.learner_gpus) * slow + 2 * self.switch
         end = start + train
         self.spans.append(Span("learner", "train", start, end))
-        if self.colocated:  # the learner takes the devices: unfinished requests are cut, kept, resumed after
-            for e in self.fleet.engines:  # each engine up to now first (what finishes here stays done)
-                self._finish(e.advance(self.fleet.now))
-            self.fleet.cut()
+        if self.colocated:
             for e in self.fleet.engines:
                 e.hold(start, end)
         self.learner_busy += train
@@ -391,13 +393,18 @@ class ClusterSim:
         self.tool_calls += 1
 
     def _tool_answers(self) -> None:
-        """The earliest tool answer: its sample goes back to the least-loaded engine, history prefilled."""
+        """The earliest tool answer. It is handed on when its engine's step ends (as the pipeline's loop
+        does), and the wait the policy observes runs to then: the sample resumes on that engine if its
+        keys and values are still parked there, else on the least-loaded one, history prefilled."""
         now, _, job = heapq.heappop(self.tool_returns)
         self.fleet.now = now
+        engine = self.fleet.engines[job.engine]
+        self._finish(engine.advance(now))
+        at = max(now, engine.clock)
         history = job.prompt + job.generated
-        back = Back(job.id, job.turn, job.turns, history, now - job.waited_from)
+        back = Back(job.id, job.turn, job.turns, history, at - job.waited_from)
         self.tool_wait.observe(back)
-        kept = self.fleet.engines[job.engine].unpark(job, now)
+        kept = engine.unpark(job, at)
         job.cached = history if kept else 0
         job.prompt += self.s.workload.tool_tokens
         job.priority = self.tool_wait.priority(back)

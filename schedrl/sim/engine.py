@@ -94,6 +94,7 @@ class SimEngine:
         self.spans: list[Span] = []
         self.parked: dict[str, tuple[Job, float]] = {}  # id -> (job, expiry): pinned during a tool wait
         self.evicted = 0  # parked trajectories evicted for room before their time to live ran out
+        self.expired = 0  # parked trajectories whose answer came after their time to live
         self.on_token = None  # admission policies that follow the batch chain onto these (never fired)
         self.on_finish = None
         if hasattr(self.admission, "bind"):
@@ -147,7 +148,9 @@ class SimEngine:
         return start + self._duration(self._heap[0][0] - self.steps)
 
     def advance(self, until: float) -> list[Job]:
-        """Run to `until` (or to the next finish, if sooner); returns the jobs that finished."""
+        """Run to `until` (or to the next finish, if sooner), ending on a step boundary: the step in progress at
+        `until` runs to its end, so the clock may pass `until` by less than a step. Returns the jobs
+        that finished."""
         done: list[Job] = []
         while True:
             self._admit()
@@ -164,7 +167,10 @@ class SimEngine:
                 self._run_steps(n)
                 done += self._pop_finished()
                 return done
-            # the next finish lies beyond `until`: run the whole steps that fit, then stop there
+            # the next finish lies beyond `until`: run the whole steps that end by then, and the step in
+            # progress at `until` (an engine finishes the step it is in; what arrives waits for its end)
+            if self.clock >= until - 1e-12:  # already on a boundary at or past `until`
+                return done
             lo, hi = 0, n
             while lo < hi:
                 mid = (lo + hi + 1) // 2
@@ -174,8 +180,9 @@ class SimEngine:
                     hi = mid - 1
             if lo:
                 self._run_steps(lo)
-            self.clock = max(self.clock, until)
-            return done
+            if self.clock < until - 1e-12:  # inside a step at `until`: it runs to its end
+                self._run_steps(1)
+            return done + self._pop_finished()
 
     def _pop_finished(self) -> list[Job]:
         out = []
@@ -266,6 +273,8 @@ class SimEngine:
     def unpark(self, job: Job, at: float) -> bool:
         """Whether `job`'s keys and values are still here at `at` (neither expired nor evicted)."""
         entry = self.parked.pop(job.id, None)
+        if entry is not None and at > entry[1]:
+            self.expired += 1
         return entry is not None and at <= entry[1]
 
     def submit(self, jobs: Sequence[Job], front: bool = False) -> None:
