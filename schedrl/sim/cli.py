@@ -3,6 +3,7 @@ fractions, and compare them with the figures it records under `measured:` (publi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import time
@@ -119,11 +120,17 @@ def run_search(args, console) -> int:
     base, sets = sources[name]
     start = scenario_from_dict(base, [*sets, *args.overrides], where=f"{args.scenario} (variant {name!r})")
     bound = args.bound if args.bound is not None else start.schedule.running.k_bound
-    # the published policies: the file's variants on the same cluster, within the bound
+
+    # the published policies: the file's variants on the same cluster and workload (a tool-wait policy
+    # is a schedule), within the bound
+    def workload(s):
+        return dataclasses.replace(s.workload, tool_wait="release", tool_wait_args={})
+
     published = []
     for other, (b, o_sets) in sources.items():
         s = scenario_from_dict(b, [*o_sets, *args.overrides], where=f"{args.scenario} (variant {other!r})")
-        if s.cluster.gpus == start.cluster.gpus and s.schedule.running.k_bound <= bound:
+        same = s.cluster.gpus == start.cluster.gpus and workload(s) == workload(start)
+        if same and s.schedule.running.k_bound <= bound:
             published.append((other, s, simulate(s)))
     ref_name, ref_s, ref = max(published, key=lambda p: p[2].steps_per_s)
     with Progress(console=console, transient=True, disable=args.json) as bar:

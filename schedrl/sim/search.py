@@ -9,6 +9,7 @@ The cluster, the model and the workload stay the scenario's; the schedule's knob
     admission     fcfs, lpt (with the scenario's predictor error)
     groups        whole to one engine, or divided
     migration     none, or long-tail migration (an engine that runs dry takes half the busiest one's)
+    tool wait     multi-turn workloads: release, pin or priority (the pipeline's tool-wait policies)
 
 Coordinate descent: from the scenario's schedule, each knob in turn is set to its best value with the
 others held, until a full round changes nothing (at most `rounds`). Every schedule simulated is kept
@@ -47,16 +48,18 @@ class Ranked:
 
 
 def describe(s: Scenario) -> str:
-    """A schedule in one line: placement, k, consumption, weight sync, admission, groups."""
+    """A schedule in one line: placement, k, consumption, weight sync, admission, groups, migration and
+    (multi-turn) the tool-wait policy."""
     c, sch = s.cluster, s.schedule
     place = "colocated" if c.placement == "colocated" else f"split {c.rollout_gpus}:{c.gpus - c.rollout_gpus}"
     if sch.mode == "sync":
         tail = f" tail x{sch.overprovision:g}" if sch.consumption == "tail" else ""
-        out = f"{place} sync{tail} {sch.admission}" + (" divided" if sch.divide_groups else "")
-        return out + (" migrate" if sch.migrate else "")
-    use = "wave" if sch.consumption == "wave" else f"partial x{sch.overprovision:g}"
-    out = f"{place} k={sch.max_staleness} {use} {sch.weight_sync} {sch.admission}"
-    return out + (" divided" if sch.divide_groups else "") + (" migrate" if sch.migrate else "")
+        out = f"{place} sync{tail} {sch.admission}"
+    else:
+        use = "wave" if sch.consumption == "wave" else f"partial x{sch.overprovision:g}"
+        out = f"{place} k={sch.max_staleness} {use} {sch.weight_sync} {sch.admission}"
+    out += (" divided" if sch.divide_groups else "") + (" migrate" if sch.migrate else "")
+    return out + (f" {s.workload.tool_wait}" if s.workload.turns > 1 else "")
 
 
 def knobs(s: Scenario, bound: int) -> dict[str, list[dict[str, Any]]]:
@@ -76,6 +79,11 @@ def knobs(s: Scenario, bound: int) -> dict[str, list[dict[str, Any]]]:
         "admission": [{"schedule.admission": a} for a in ("fcfs", "lpt")],
         "groups": [{"schedule.divide_groups": d} for d in (False, True)],
         "migration": [{"schedule.migrate": m} for m in (False, True)],
+        **(
+            {"tool wait": [{"workload.tool_wait": w} for w in ("release", "pin", "priority")]}
+            if s.workload.turns > 1
+            else {}
+        ),
     }
 
 
@@ -96,6 +104,8 @@ def start_point(s: Scenario) -> dict[str, Any]:
         "schedule.divide_groups": sch.divide_groups,
         "schedule.migrate": sch.migrate,
     }
+    if s.workload.turns > 1:
+        out["workload.tool_wait"] = "release" if s.workload.tool_wait == "lockstep" else s.workload.tool_wait
     if c.placement == "disaggregated":
         out["cluster.rollout_gpus"] = c.rollout_gpus
     return out
