@@ -225,11 +225,16 @@ def test_pinned_tool_waits_prefill_only_the_tool_answer():
     pinned = pin.run()
     assert pinned.step_s[0] == pytest.approx(first + 16 * 20 * 1e-3 + train)
     assert [e.evicted for e in pin.fleet.engines] == [0, 0]
-    # 4 park slots for 16 waiting samples: 12 are evicted each step and prefill their history again
-    crowded = ClusterSim(scenario(workload__tool_wait="pin", workload__park_slots=4, **kw))
-    r = crowded.run()
-    assert [e.evicted for e in crowded.fleet.engines] == [4 * 12, 4 * 12]
-    assert pinned.mean_step_s < r.mean_step_s < release.mean_step_s
+    # 64 samples per engine on 16 running slots: while the first 16 wait on their tools in their slots,
+    # fresh samples need slots too; with 4 park slots parked caches are evicted for them
+    busy = {**kw, "workload__prompts_per_step": 32, "engine__max_batch": 16}
+    roomy, crowded = (
+        ClusterSim(scenario(workload__tool_wait="pin", workload__park_slots=n, **busy)) for n in (64, 4)
+    )
+    r_roomy, r_crowded = roomy.run(), crowded.run()
+    assert sum(e.evicted for e in roomy.fleet.engines) == 0 < sum(e.evicted for e in crowded.fleet.engines)
+    # evicted ones prefill their history again and queue where their cache was: no better than release
+    assert r_roomy.mean_step_s < 0.97 * min(r_crowded.mean_step_s, simulate(scenario(**busy)).mean_step_s)
     with pytest.raises(ConfigError, match="tool_wait_args"):
         scenario(workload__tool_wait="pin", workload__tool_wait_args={"quantile": 2.0})
 

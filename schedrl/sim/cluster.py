@@ -164,7 +164,8 @@ class ClusterSim:
         sync_policy, consumption = sch.weight_sync, sch.consumption
         self.rng = np.random.default_rng(s.seed)
         cost = s.engine_cost()
-        engines = [SimEngine(i, cost, self._admission()) for i in range(s.num_engines)]
+        budget, parks = s.engine.max_batched_tokens or (1 << 30), s.workload.park_slots
+        engines = [SimEngine(i, cost, self._admission(), 0, budget, parks) for i in range(s.num_engines)]
         self.fleet = SimFleet(engines, s.sync.sync_s(s.weight_bytes))
         # the pipeline's own policies, on duck-typed fleet and groups
         self.weight_sync: Any = WEIGHT_SYNC.get(sync_policy)()
@@ -383,7 +384,7 @@ class ClusterSim:
         turn = Turn(job.id, job.turn - 1, job.turns, job.prompt + job.generated)
         keep = self.tool_wait.keep_s(turn)
         if keep > 0:
-            self.fleet.engines[job.engine].park(job, self.fleet.now + keep, wl.park_slots)
+            self.fleet.engines[job.engine].park(job, self.fleet.now + keep)
         wait = (
             wl.tool_wait_s * math.exp(self.rng.normal(0.0, wl.tool_wait_sigma))
             if wl.tool_wait_sigma
@@ -394,8 +395,9 @@ class ClusterSim:
 
     def _tool_answers(self) -> None:
         """The earliest tool answer. It is handed on when its engine's step ends (as the pipeline's loop
-        does), and the wait the policy observes runs to then: the sample resumes on that engine if its
-        keys and values are still parked there, else on the least-loaded one, history prefilled."""
+        does), and the wait the policy observes runs to then: the sample queues on that engine if its
+        keys and values are still parked there (prefilling only what is new if they last until it is
+        admitted), else on the least-loaded one, history prefilled."""
         now, _, job = heapq.heappop(self.tool_returns)
         self.fleet.now = now
         engine = self.fleet.engines[job.engine]
@@ -404,7 +406,7 @@ class ClusterSim:
         history = job.prompt + job.generated
         back = Back(job.id, job.turn, job.turns, history, at - job.waited_from)
         self.tool_wait.observe(back)
-        kept = engine.unpark(job, at)
+        kept = engine.parked_at(job, at)
         job.cached = history if kept else 0
         job.prompt += self.s.workload.tool_tokens
         job.priority = self.tool_wait.priority(back)

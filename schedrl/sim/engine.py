@@ -75,6 +75,7 @@ class SimEngine:
     admission: Any = field(default_factory=FCFS)  # an AdmissionPolicy, reading Jobs as Requests
     version: int = 0
     max_batched_tokens: int = 1 << 30  # prefill tokens admitted per step (chunked prefill: the chunk)
+    park_slots: int = 0  # cache slots beyond the running batch, for trajectories parked on a tool (pin)
 
     def __post_init__(self) -> None:
         self.clock = 0.0
@@ -230,6 +231,9 @@ class SimEngine:
         finish = self.steps + (job.turn_end - job.generated)
         self.running[job.id] = (job, self.steps, finish)
         self._ctx_base += job.prompt + job.generated - self.steps
+        if not (job.cached and self.parked.pop(job.id, None) is not None):  # no parked slot to take back
+            job.cached = 0
+            self._make_room()
         self._prefill += job.num_prefill_tokens
         job.cached, job.engine = 0, self.index
         heapq.heappush(self._heap, (finish, self._seq, job.id))
@@ -258,24 +262,34 @@ class SimEngine:
             heapq.heapify(self._heap)
         return out
 
-    def park(self, job: Job, until: float, slots: int) -> None:
-        """Keep `job`'s keys and values until `until` (pin) in one of `slots` park slots: expired ones
-        go first, then, if all are held, the one expiring first is evicted."""
+    def park(self, job: Job, until: float) -> None:
+        """Keep `job`'s keys and values in its slot until `until` (pin); slots past their time are freed."""
         now = self.clock
         for rid in [rid for rid, (_, t) in self.parked.items() if t < now]:
             del self.parked[rid]
-        if len(self.parked) >= slots:
+            self.expired += 1
+        self.parked[job.id] = (job, until)
+
+    def _make_room(self) -> None:
+        """A request starting in a new slot: if running and parked ones hold all `max_batch` +
+        `park_slots`, the parked one closest to its expiry is evicted (one whose answer is back, last)."""
+        while self.parked and len(self.running) + len(self.parked) > self.cost.max_batch + self.park_slots:
             first = min(self.parked, key=lambda rid: self.parked[rid][1])
             del self.parked[first]
             self.evicted += 1
-        self.parked[job.id] = (job, until)
 
-    def unpark(self, job: Job, at: float) -> bool:
-        """Whether `job`'s keys and values are still here at `at` (neither expired nor evicted)."""
-        entry = self.parked.pop(job.id, None)
+    def parked_at(self, job: Job, at: float) -> bool:
+        """Whether `job`'s keys and values are still here when its answer is handed on at `at`; a late
+        one is dropped (expired). One back in time stays parked until the job is admitted again, and
+        no longer expires: only a lack of park slots evicts it, last (as the built-in engine does)."""
+        entry = self.parked.get(job.id)
         if entry is not None and at > entry[1]:
+            del self.parked[job.id]
             self.expired += 1
-        return entry is not None and at <= entry[1]
+            return False
+        if entry is not None:
+            self.parked[job.id] = (job, float("inf"))
+        return entry is not None
 
     def submit(self, jobs: Sequence[Job], front: bool = False) -> None:
         """Queue `jobs` at the back, or at the `front`; a job with a priority above 0 goes ahead of every

@@ -72,6 +72,7 @@ class EngineSection:
     mfu: float = 0.4  # fraction of peak FLOP/s a step achieves
     overhead_s: float = 0.005  # per decode step
     max_batch: int = 256  # running requests per engine
+    max_batched_tokens: int | None = None  # prefill tokens an admission may add (None: no cap)
     memory_util: float = 0.9
     # explicit coefficients (None: derived from the model and the GPU)
     weights_s: float | None = None
