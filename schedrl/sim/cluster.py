@@ -272,14 +272,18 @@ class ClusterSim:
         if not self.weight_sync.admits(self.fleet):
             return
         out: list[Job] = []
+        queue, i = list(self.groups.values()), 0  # the groups in issue order; i: the first not admitted
         while True:
-            g = next((g for g in self.groups.values() if not g.admitted), None)
-            if g is None:
+            while i < len(queue) and queue[i].admitted:
+                i += 1
+            if i == len(queue):
                 if self.tail is not None and self.groups:
                     break  # a tail round's kind is decided when it starts: after the last is consumed
                 self._issue_wave()
+                queue = list(self.groups.values())
                 continue
-            ahead, per_update = self.consumption.position(list(self.groups.values()), g)
+            g = queue[i]
+            ahead, per_update = self.consumption.position(queue, g)
             if expected_update(self.started, ahead, per_update) >= self.updates or not may_admit(
                 self.started, ahead, per_update, self.fleet.version, self.bound.k
             ):
