@@ -224,6 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN_DIR",
         help="with --calibrate: an asynchronous run whose workers' slowdown on shared cores is fit too",
     )
+    simulate.add_argument(
+        "--interference-bench",
+        action="store_true",
+        help="with --calibrate: measure the workers' slowdown on shared cores by a microbenchmark of the "
+        "first run's engine and learner side by side (no asynchronous run needed)",
+    )
     simulate.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     simulate.add_argument(
         "--out", default=None, help="write timeline.jsonl, timeline.html and summary.json here"

@@ -433,6 +433,21 @@ def test_calibration_names_the_run_and_what_it_lacks(tmp_path):
         calibrate(short)
 
 
+def test_the_contention_microbenchmark_runs_a_run_s_engine_and_learner_side_by_side(tmp_path):
+    import yaml
+
+    from schedrl.config import config_from_dict, config_to_dict
+    from schedrl.sim.contention import measure_interference
+
+    with pytest.raises(ValueError, match="has no config.yaml"):
+        measure_interference(tmp_path)
+    cfg = config_from_dict({}, ["sampling.prompts_per_step=2", "sampling.group_size=2"])
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg)))
+    engine, learner = measure_interference(tmp_path, seconds=0.3)  # the tiny model: no checkpoint yet
+    # each is a ratio of two measured rates: finite, and not an order of magnitude from 1 on any machine
+    assert 0.3 < engine < 10 and 0.3 < learner < 10
+
+
 APRIL = {"schedule__mode": "async", "schedule__max_staleness": 0, "schedule__consumption": "partial",
          "schedule__overprovision": 2.0, "schedule__weight_sync": "cut_resume"}  # fmt: skip
 TAIL = {"workload__lengths": {"kind": "lognormal", "median": 200, "sigma": 1.0, "cap": 4000}, "steps": 6}

@@ -191,8 +191,16 @@ def run_simulate(args, console) -> int:
         from schedrl.sim.calibrate import calibrate, interference, variant_of
 
         data = calibrate(args.calibrate[0])
-        if args.interference_from:
-            engine_f, learner_f = interference(args.calibrate[0], args.interference_from)
+        if args.interference_from and getattr(args, "interference_bench", False):
+            raise ValueError("give --interference-from or --interference-bench, not both")
+        if args.interference_from or getattr(args, "interference_bench", False):
+            if args.interference_from:
+                engine_f, learner_f = interference(args.calibrate[0], args.interference_from)
+            else:
+                from schedrl.sim.contention import measure_interference
+
+                engine_f, learner_f = measure_interference(args.calibrate[0])
+            console.print(f"interference: engine x{engine_f:.3f}, learner x{learner_f:.3f}")
             data["cluster"]["engine_interference"] = round(engine_f, 4)
             data["cluster"]["learner_interference"] = round(learner_f, 4)
         data["variants"] = {Path(run).name: variant_of(run) for run in args.calibrate}

@@ -1,0 +1,113 @@
+"""How much slower a run's engine and learner work side by side on shared cores: a microbenchmark.
+
+The `threads` backend runs the engine and the learner as two threads of one process, each pinned to
+its own core with one torch thread; they still share the GIL, the memory bandwidth and the caches, so
+each runs slower than alone. `measure_interference(run_dir)` measures that on this machine, with the
+run's own model (its last checkpoint), engine and learner: the engine generates a step's requests over
+and over, the learner trains on one step's samples over and over, first each alone for `seconds`, then
+both at once. The slowdown of each is its rate alone over its rate beside the other (tokens generated
+per second; tokens trained per second). It stands in for `interference(sync_run, async_run)`, which
+needs an asynchronous run to read the same two numbers from.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import yaml
+
+from schedrl.config import config_from_dict
+from schedrl.distributed.backend import placement
+from schedrl.orchestrate.build import load_policy, make_engine, make_learner
+from schedrl.training.batch import collate
+from schedrl.training.checkpoint import latest_checkpoint
+from schedrl.types import Request, SamplingParams
+
+
+def _pin(cores: list[int] | None) -> None:
+    if cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, set(cores))  # on Linux: this thread only
+
+
+def _rate(work: Callable[[], int], cores: list[int] | None, seconds: float, out: list[float], go) -> None:
+    """Run `work` (it returns the tokens it did) until `seconds` have passed; tokens per second."""
+    _pin(cores)
+    go.wait()
+    start, done = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        done += work()
+    out.append(done / (time.perf_counter() - start))
+
+
+def _side_by_side(works: list[Callable[[], int]], cores: list, seconds: float) -> list[float]:
+    go = threading.Event()
+    outs: list[list[float]] = [[] for _ in works]
+    threads = [
+        threading.Thread(target=_rate, args=(w, c, seconds, o, go), daemon=True)
+        for w, c, o in zip(works, cores, outs, strict=True)
+    ]
+    for t in threads:
+        t.start()
+    go.set()
+    for t in threads:
+        t.join()
+    return [o[0] for o in outs]
+
+
+def measure_interference(run_dir: str | Path, seconds: float = 3.0) -> tuple[float, float]:
+    """(engine, learner) slowdown of the run's workers side by side against each alone, on this machine."""
+    root = Path(run_dir)
+    if not (root / "config.yaml").is_file():
+        raise ValueError(
+            f"run {str(root)!r} has no config.yaml: the microbenchmark needs a schedrl run directory"
+        )
+    cfg = config_from_dict(yaml.safe_load((root / "config.yaml").read_text()))
+    ckpt = latest_checkpoint(root / "checkpoints")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the threads backend: one torch thread, each worker on its own core
+    try:
+        model, tokenizer = load_policy(cfg, ckpt / "model" if ckpt else cfg.model.path, torch.device("cpu"))
+        engine = make_engine(cfg, copy.deepcopy(model), tokenizer)
+        learner = make_learner(cfg, model)
+        s = cfg.sampling
+        params = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature)
+        g = torch.Generator().manual_seed(cfg.seed)
+        prompt = tuple(torch.randint(4, len(tokenizer), (24,), generator=g).tolist())
+        rounds = [0]
+
+        def requests() -> list[Request]:
+            rounds[0] += 1
+            n = s.prompts_per_step * s.group_size
+            return [
+                Request(f"r{rounds[0]}-{i}", prompt, params, group_id=f"g{i // s.group_size}")
+                for i in range(n)
+            ]
+
+        samples = [x for x in engine.generate(requests()) if x.token_ids]
+        batch = collate(
+            [x.prompt_ids for x in samples], [x.token_ids for x in samples], tokenizer.pad_token_id
+        )
+        advantages = torch.randn(len(samples), generator=g)
+        trained = sum(len(x.prompt_ids) + len(x.token_ids) for x in samples)
+
+        def generate() -> int:
+            return sum(len(x.token_ids) for x in engine.generate(requests()))
+
+        def train() -> int:
+            learner.update(batch, advantages, step=0)
+            return trained
+
+        engine_cores, learner_cores = placement(1, 1, 1)
+        cores = [engine_cores[0], learner_cores]
+        engine_alone = _side_by_side([generate], cores[:1], seconds)[0]
+        learner_alone = _side_by_side([train], cores[1:], seconds)[0]
+        engine_both, learner_both = _side_by_side([generate, train], cores, seconds)
+    finally:
+        torch.set_num_threads(threads)
+    return engine_alone / engine_both, learner_alone / learner_both
