@@ -73,6 +73,18 @@ def test_advancing_to_a_time_between_finishes_keeps_the_fluid_exact():
     assert [j.id for j in c.advance(c.next_finish() or 0.0)] == ["j0", "late"] and c.clock == 3.0
 
 
+def test_overlap_interference_slows_an_engine_only_while_the_learner_trains():
+    e = SimEngine(0, EngineCost(overhead_s=1.0, max_batch=4))
+    e.slow_factor, e.slow_windows = 2.0, [(1.0, 2.0), (5.0, 6.0)]
+    e.submit(jobs([3]))
+    # step 1 in [0, 1) at full speed; step 2 half done by 2.0 inside the window, the rest by 2.5; step 3
+    # by 3.5: three steps of work end at 3.5, not 3.0
+    assert e.next_finish() == pytest.approx(3.5)
+    assert [j.id for j in e.advance(3.5)] == ["j0"] and e.clock == pytest.approx(3.5)
+    # 2 s of work from 4.5: 0.5 before the window, 0.5 in its second (at half speed), 1.0 after it
+    assert e._stretched(4.5, 2.0) == pytest.approx(0.5 + 1.0 + 1.0)
+
+
 def scenario(**over):
     base = {
         "steps": 4,
@@ -443,7 +455,9 @@ def test_the_contention_microbenchmark_runs_a_run_s_engine_and_learner_side_by_s
         measure_interference(tmp_path)
     cfg = config_from_dict({}, ["sampling.prompts_per_step=2", "sampling.group_size=2"])
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg)))
-    engine, learner = measure_interference(tmp_path, seconds=0.3)  # the tiny model: no checkpoint yet
+    engine, learner = measure_interference(
+        tmp_path, seconds=0.2, rounds=1
+    )  # the tiny model: no checkpoint yet
     # each is a ratio of two measured rates: finite, and not an order of magnitude from 1 on any machine
     assert 0.3 < engine < 10 and 0.3 < learner < 10
 

@@ -200,6 +200,7 @@ def run_simulate(args, console) -> int:
                 from schedrl.sim.contention import measure_interference
 
                 engine_f, learner_f = measure_interference(args.calibrate[0])
+                data["cluster"]["interference"] = "overlap"  # measured with both busy: only then
             console.print(f"interference: engine x{engine_f:.3f}, learner x{learner_f:.3f}")
             data["cluster"]["engine_interference"] = round(engine_f, 4)
             data["cluster"]["learner_interference"] = round(learner_f, 4)

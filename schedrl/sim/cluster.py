@@ -167,6 +167,12 @@ class ClusterSim:
         budget, parks = s.engine.max_batched_tokens or (1 << 30), s.workload.park_slots
         engines = [SimEngine(i, cost, self._admission(), 0, budget, parks) for i in range(s.num_engines)]
         self.fleet = SimFleet(engines, s.sync.sync_s(s.weight_bytes))
+        c = s.cluster
+        self.overlap = c.placement == "disaggregated" and c.interference == "overlap"
+        self.learner_windows: list[tuple[float, float]] = []  # the updates' (start, end): engines slow there
+        if self.overlap:
+            for e in engines:
+                e.slow_factor, e.slow_windows = c.engine_interference, self.learner_windows
         # the pipeline's own policies, on duck-typed fleet and groups
         self.weight_sync: Any = WEIGHT_SYNC.get(sync_policy)()
         self.updates = s.steps * s.updates_per_step
@@ -357,9 +363,14 @@ class ClusterSim:
             self.fleet.cut()
         c = self.s.cluster
         slow = c.learner_interference if c.placement == "disaggregated" else 1.0
+        if self.overlap and self.fleet.in_flight == 0:  # no engine works beside this update
+            slow = 1.0
         train = self.s.learner.train_s(tokens, self.s.learner_gpus) * slow + 2 * self.switch
         end = start + train
         self.spans.append(Span("learner", "train", start, end))
+        if self.overlap:
+            oldest = min(e.clock for e in self.fleet.engines)
+            self.learner_windows[:] = [w for w in self.learner_windows if w[1] > oldest] + [(start, end)]
         if self.colocated:
             for e in self.fleet.engines:
                 e.hold(start, end)

@@ -4,16 +4,19 @@ The `threads` backend runs the engine and the learner as two threads of one proc
 its own core with one torch thread; they still share the GIL, the memory bandwidth and the caches, so
 each runs slower than alone. `measure_interference(run_dir)` measures that on this machine, with the
 run's own model (its last checkpoint), engine and learner: the engine generates a step's requests over
-and over, the learner trains on one step's samples over and over, first each alone for `seconds`, then
-both at once. The slowdown of each is its rate alone over its rate beside the other (tokens generated
-per second; tokens trained per second). It stands in for `interference(sync_run, async_run)`, which
-needs an asynchronous run to read the same two numbers from.
+and over, the learner trains on one step's samples over and over, each alone for `seconds`, then both
+at once, in `rounds` interleaved rounds (the median: the slowdown varies from one window to the next).
+The slowdown of each is its rate alone over its rate beside the other (tokens generated per second;
+tokens trained per second). It stands in for `interference(sync_run, async_run)`, which needs an
+asynchronous run to read the same two numbers from, and it holds only while both work: a scenario
+calibrated with it applies it that way (`cluster.interference: overlap`).
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -60,8 +63,9 @@ def _side_by_side(works: list[Callable[[], int]], cores: list, seconds: float) -
     return [o[0] for o in outs]
 
 
-def measure_interference(run_dir: str | Path, seconds: float = 3.0) -> tuple[float, float]:
-    """(engine, learner) slowdown of the run's workers side by side against each alone, on this machine."""
+def measure_interference(run_dir: str | Path, seconds: float = 2.0, rounds: int = 5) -> tuple[float, float]:
+    """(engine, learner) slowdown of the run's workers side by side against each alone, on this machine:
+    the median over `rounds` of `seconds` alone each and `seconds` together."""
     root = Path(run_dir)
     if not (root / "config.yaml").is_file():
         raise ValueError(
@@ -79,13 +83,13 @@ def measure_interference(run_dir: str | Path, seconds: float = 3.0) -> tuple[flo
         params = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature)
         g = torch.Generator().manual_seed(cfg.seed)
         prompt = tuple(torch.randint(4, len(tokenizer), (24,), generator=g).tolist())
-        rounds = [0]
+        issued = [0]
 
         def requests() -> list[Request]:
-            rounds[0] += 1
+            issued[0] += 1
             n = s.prompts_per_step * s.group_size
             return [
-                Request(f"r{rounds[0]}-{i}", prompt, params, group_id=f"g{i // s.group_size}")
+                Request(f"r{issued[0]}-{i}", prompt, params, group_id=f"g{i // s.group_size}")
                 for i in range(n)
             ]
 
@@ -105,9 +109,13 @@ def measure_interference(run_dir: str | Path, seconds: float = 3.0) -> tuple[flo
 
         engine_cores, learner_cores = placement(1, 1, 1)
         cores = [engine_cores[0], learner_cores]
-        engine_alone = _side_by_side([generate], cores[:1], seconds)[0]
-        learner_alone = _side_by_side([train], cores[1:], seconds)[0]
-        engine_both, learner_both = _side_by_side([generate, train], cores, seconds)
+        engine_f, learner_f = [], []
+        for _ in range(rounds):  # interleaved, so that a drift of the machine's speed hits all three alike
+            engine_alone = _side_by_side([generate], cores[:1], seconds)[0]
+            learner_alone = _side_by_side([train], cores[1:], seconds)[0]
+            engine_both, learner_both = _side_by_side([generate, train], cores, seconds)
+            engine_f.append(engine_alone / engine_both)
+            learner_f.append(learner_alone / learner_both)
     finally:
         torch.set_num_threads(threads)
-    return engine_alone / engine_both, learner_alone / learner_both
+    return statistics.median(engine_f), statistics.median(learner_f)

@@ -96,6 +96,8 @@ class SimEngine:
         self.parked: dict[str, tuple[Job, float]] = {}  # id -> (job, expiry): pinned during a tool wait
         self.evicted = 0  # parked trajectories evicted for room before their time to live ran out
         self.expired = 0  # parked trajectories whose answer came after their time to live
+        self.slow_factor = 1.0  # x slower inside slow_windows (cluster.interference: overlap)
+        self.slow_windows: list[tuple[float, float]] = []  # (start, end), in order
         self.on_token = None  # admission policies that follow the batch chain onto these (never fired)
         self.on_finish = None
         if hasattr(self.admission, "bind"):
@@ -126,10 +128,32 @@ class SimEngine:
         elif end > start:
             self.spans.append(Span(f"engine-{self.index}", kind, start, end))
 
-    def _duration(self, n: int) -> float:
+    def _duration(self, n: int, start: float | None = None) -> float:
+        """Seconds that the next `n` steps take from `start` (default: the clock)."""
         b = len(self.running)
         mean_ctx = self.ctx + b * (n - 1) / 2.0
-        return n * self.cost.step_s(b, mean_ctx) + self.cost.prefill_token_s * self._prefill
+        work = n * self.cost.step_s(b, mean_ctx) + self.cost.prefill_token_s * self._prefill
+        if self.slow_factor == 1.0 or not self.slow_windows:
+            return work
+        return self._stretched(self.clock if start is None else start, work)
+
+    def _stretched(self, t0: float, work: float) -> float:
+        """Wall seconds from `t0` for `work` seconds at full speed, `slow_factor` x slower inside the slow
+        windows (the learner's updates, on shared cores)."""
+        t, left, f = t0, work, self.slow_factor
+        for a, b in self.slow_windows:
+            if b <= t:
+                continue
+            if a > t:
+                if t + left <= a:
+                    break
+                left -= a - t
+                t = a
+            if left * f <= b - t:
+                return t + left * f - t0
+            left -= (b - t) / f
+            t = b
+        return t + left - t0
 
     def _run_steps(self, n: int) -> None:
         dt = self._duration(n)
@@ -146,7 +170,7 @@ class SimEngine:
         if not self._heap:
             return None
         start = max(self.clock, self.pause_until)
-        return start + self._duration(self._heap[0][0] - self.steps)
+        return start + self._duration(self._heap[0][0] - self.steps, start)
 
     def advance(self, until: float) -> list[Job]:
         """Run to `until` (or to the next finish, if sooner), ending on a step boundary: the step in progress at

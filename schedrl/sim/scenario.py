@@ -64,6 +64,9 @@ class ClusterSection:
     # GIL): how much slower an engine step and an update run than alone; 1.0 where devices are separate
     engine_interference: float = 1.0
     learner_interference: float = 1.0
+    # when they apply: always, or only while the other side works (an engine step while an update runs,
+    # an update while engines hold requests): what a microbenchmark of the two side by side measures
+    interference: Literal["always", "overlap"] = "always"
 
 
 @dataclass
@@ -190,7 +193,7 @@ class Scenario:
         given["kv_capacity_tokens"] = e.kv_capacity_tokens
         given["combine"] = e.combine
         cost = dataclasses.replace(cost, **{k: v for k, v in given.items() if v is not None})
-        f = c.engine_interference if c.placement == "disaggregated" else 1.0
+        f = c.engine_interference if c.placement == "disaggregated" and c.interference == "always" else 1.0
         if f != 1.0:
             cost = dataclasses.replace(
                 cost,
