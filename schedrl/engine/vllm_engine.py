@@ -55,6 +55,12 @@ from schedrl.engine.base import FinishCallback, TokenCallback, check_fits, run_t
 from schedrl.engine.hf import EngineConfig
 from schedrl.types import FinishReason, Request, Sample, Timings
 
+# vLLM engines in one process share modules (its rotary embeddings are cached by their shape), and an
+# in-place reload takes a layer's tensors apart while it loads: one engine's reload beside another's
+# forward or reload, on two threads (the threads backend, or a worker's engine beside the pipeline's
+# own evaluation engine), breaks the other. Forwards and reloads take turns in a process.
+_VLLM_CALLS = threading.RLock()
+
 # Settings the adapter sets itself (they come from `engine.*` or are needed for the contract).
 OWNED = {
     "model": "the run's policy (model.path, or the learner's weights)",
@@ -263,9 +269,10 @@ class VLLMEngine:
                     f"({len(missing)} missing in all)"
                 )
         tensors = [(n, t.detach()) for n, t in items]
-        self.llm.collective_rpc(
-            "reload_weights", kwargs={"weights_iterator": iter(tensors), "is_checkpoint_format": True}
-        )
+        with _VLLM_CALLS:
+            self.llm.collective_rpc(
+                "reload_weights", kwargs={"weights_iterator": iter(tensors), "is_checkpoint_format": True}
+            )
         self.version = version
         self.llm.reset_prefix_cache()  # frees old versions' blocks when nothing runs; salts guard the rest
 
@@ -321,7 +328,8 @@ class VLLMEngine:
         self._admit()
         if not self._live:
             return []
-        outputs = self.llm.step()
+        with _VLLM_CALLS:
+            outputs = self.llm.step()
         self.num_steps += 1
         now = self.clock()
         finished = []
