@@ -15,7 +15,6 @@ calibrated with it applies it that way (`cluster.interference: overlap`).
 from __future__ import annotations
 
 import copy
-import os
 import statistics
 import threading
 import time
@@ -27,20 +26,16 @@ import yaml
 
 from schedrl.config import config_from_dict
 from schedrl.distributed.backend import placement
+from schedrl.distributed.workers import pin
 from schedrl.orchestrate.build import load_policy, make_engine, make_learner
 from schedrl.training.batch import collate
 from schedrl.training.checkpoint import latest_checkpoint
 from schedrl.types import Request, SamplingParams
 
 
-def _pin(cores: list[int] | None) -> None:
-    if cores and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, set(cores))  # on Linux: this thread only
-
-
 def _rate(work: Callable[[], int], cores: list[int] | None, seconds: float, out: list[float], go) -> None:
     """Run `work` (it returns the tokens it did) until `seconds` have passed; tokens per second."""
-    _pin(cores)
+    pin(cores, None)  # on Linux: this thread only
     go.wait()
     start, done = time.perf_counter(), 0
     while time.perf_counter() - start < seconds:

@@ -47,8 +47,7 @@ class Job:
     @property
     def turn_end(self) -> int:
         """Tokens generated when the current turn ends: turn t of n ends at round(t x length / n)."""
-        done = self.generated * self.turns // self.length if self.length else 0
-        return min(self.length, max(self.generated + 1, round((done + 1) * self.length / self.turns)))
+        return min(self.length, max(self.generated + 1, round((self.turn + 1) * self.length / self.turns)))
 
     @property
     def group_id(self) -> str:
