@@ -154,7 +154,8 @@ def test_stuck_engine_actor_is_named_with_its_stack_and_replaced(tmp_path, ray_e
         pipe = Pipeline(c, backend, on_step)
         with caplog.at_level("WARNING"):
             pipe.run()
-        assert pipe.version == 4 and pipe.engine_restarts >= 1 and pipe.engines[1] is not hung[0]
+        # only the hung engine is replaced: starting an actor (or its replacement) is not counted as stuck
+        assert pipe.version == 4 and pipe.engine_restarts == 1 and pipe.engines[1] is not hung[0]
         logged = caplog.text
         assert "no answer from engine-1" in logged and "(pipeline.worker_timeout_s)" in logged
         assert "in hang_in_the_engine" in logged and "time_module.sleep(120)" in logged

@@ -52,6 +52,33 @@ def test_a_hung_engine_is_named_with_its_stack_and_the_run_resumes(tmp_path, mon
     assert [m["step"] for m in resumed.metrics if "reward_mean" in m] == list(range(1, 7))
 
 
+def test_a_worker_that_builds_longer_than_the_timeout_is_not_stuck(tmp_path, monkeypatch, caplog):
+    """Loading a model is not a call: an engine that takes 3 s to build, against a 2 s
+    `worker_timeout_s`, is reported as still building and the run goes on (it used to stop as stuck)."""
+    real_init = EngineWorker.__init__
+
+    def slow_build(self, *args, **kwargs):
+        time.sleep(3.0)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(EngineWorker, "__init__", slow_build)
+    with caplog.at_level("WARNING", logger="schedrl.distributed.backend"):
+        result = schedrl.train(
+            DEMO, out_dir=str(tmp_path), name="slow", **{**RUN, "steps": 2, "save_every": 0}
+        )
+    assert [m["step"] for m in result.metrics if "reward_mean" in m] == [1, 2]
+    assert "still building after 2 s: engine;" in caplog.text and "in slow_build" in caplog.text
+
+
+def test_a_worker_that_fails_to_build_names_its_error(tmp_path, monkeypatch):
+    def broken(self, *args, **kwargs):
+        raise OSError("no such file: /models/policy.safetensors")
+
+    monkeypatch.setattr(EngineWorker, "__init__", broken)
+    with pytest.raises(OSError, match="policy.safetensors"):
+        schedrl.train(DEMO, out_dir=str(tmp_path), name="broken", **{**RUN, "steps": 2, "save_every": 0})
+
+
 def test_a_hung_learner_in_the_synchronous_loop_is_named_and_the_run_resumes(tmp_path, monkeypatch):
     """The synchronous loop runs engine and learner in its own thread: only the watchdog's thread can see
     a hang there. It names the phase with the loop's stack and interrupts it; the run resumes."""

@@ -8,6 +8,7 @@ from schedrl.distributed.backend import (
     WorkerStuckError,
     make_backend,
     stuck_message,
+    wait_built,
 )
 from schedrl.distributed.workers import EngineWorker, LearnerWorker
 
@@ -21,4 +22,5 @@ __all__ = [
     "WorkerStuckError",
     "make_backend",
     "stuck_message",
+    "wait_built",
 ]

@@ -4,7 +4,8 @@
 All three give the pipeline the same four verbs -- start a worker, `call` a method (a
 future comes back), `wait` for some futures, `get` a result -- so the loop in
 `schedrl.orchestrate.pipeline` never imports Ray. A worker that dies surfaces as
-`WorkerDiedError` from `get`.
+`WorkerDiedError` from `get`. `wait_built` waits for workers to finish building: loading a
+model is not a call, so it is not held to `pipeline.worker_timeout_s`.
 
 Placement: each actor gets `num_cpus` Ray CPUs, pins itself to its own cores and
 sets torch's thread count to match; on 2 cores the engine runs on core 0 and the
@@ -16,6 +17,7 @@ the same way and passes weights as plain objects.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
@@ -29,6 +31,8 @@ from typing import Any
 from schedrl.distributed.workers import EngineWorker, LearnerWorker
 
 STACK_TIMEOUT_S = 10.0  # how long a stuck Ray actor's stack may take to arrive
+
+log = logging.getLogger(__name__)
 
 
 class WorkerDiedError(RuntimeError):
@@ -70,6 +74,23 @@ def stuck_message(waiting: list, backend: Any, timeout_s: float) -> str:
         f"{report}\nunless it can be replaced (an engine on Ray is), the run stops; `schedrl train --resume` "
         "continues from its last checkpoint"
     )
+
+
+def wait_built(backend: Any, named: list[tuple[str, Any]], report_s: float | None) -> None:
+    """Return once every worker in `named` (name, worker) is built; a constructor's error is raised here.
+
+    Building (starting a process, loading a model) has no deadline: a large model loads for
+    minutes and a replacement engine must not be called stuck while it does. Every `report_s`
+    seconds the workers still building are logged, with their stacks where they can be read."""
+    pending, waited = list(named), 0.0
+    while pending:
+        built = backend.built([w for _, w in pending], timeout=report_s)
+        pending = [(name, w) for name, w in pending if not any(w is b for b in built)]
+        if pending and report_s:
+            waited += report_s
+            report = "\n".join(f"--- {name} ---\n{backend.stack(w)}" for name, w in pending)
+            names = ", ".join(name for name, _ in pending)
+            log.warning("still building after %g s: %s; where each one is:\n%s", waited, names, report)
 
 
 def worker_name(index: int, num_engines: int) -> str:
@@ -120,6 +141,9 @@ class LocalBackend:
 
     def put(self, value: Any) -> _Done:
         return _Done(value)
+
+    def built(self, workers: list, timeout: float | None = None) -> list:
+        return list(workers)  # built when started
 
     def kill(self, worker: Any) -> None:
         pass
@@ -234,6 +258,14 @@ class ThreadBackend:
         future.set_result(value)
         return _Ref(future)
 
+    def built(self, workers: list[_ThreadWorker], timeout: float | None = None) -> list[_ThreadWorker]:
+        """The workers whose object is built within `timeout` seconds; a constructor's error is raised."""
+        wait_futures([w.instance for w in workers], timeout=timeout)
+        done = [w for w in workers if w.instance.done()]
+        for w in done:
+            w.instance.result()
+        return done
+
     def kill(self, worker: _ThreadWorker) -> None:
         worker.pool.shutdown(wait=False, cancel_futures=True)  # a thread cannot be stopped mid-call
 
@@ -347,6 +379,19 @@ class RayBackend:
 
     def put(self, value: Any):
         return self.ray.put(value)
+
+    def built(self, workers: list, timeout: float | None = None) -> list:
+        """The actors whose constructor has returned within `timeout` seconds; one that raised (or whose
+        process died) raises `WorkerDiedError`."""
+        refs = {worker.__ray_ready__.remote(): worker for worker in workers}
+        ready, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        for ref in ready:
+            try:
+                self.ray.get(ref)
+            except (self.errors.RayActorError, self.errors.ActorUnavailableError) as e:
+                name = self.actors.get(refs[ref]._actor_id.hex(), ("a Ray actor",))[0]
+                raise WorkerDiedError(f"{name} failed to start: {e}") from e
+        return [refs[ref] for ref in ready]
 
     def kill(self, worker: Any) -> None:
         self.ray.kill(worker)

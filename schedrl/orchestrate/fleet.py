@@ -14,7 +14,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from schedrl.distributed import WorkerDiedError, WorkerStuckError
+from schedrl.distributed import WorkerDiedError, WorkerStuckError, wait_built
+from schedrl.distributed.backend import worker_name
 from schedrl.types import Request, Sample, group_of
 
 log = logging.getLogger(__name__)
@@ -161,8 +162,14 @@ class EngineFleet:
         self.futures[i] = []
         self.flush(skip=i)  # every engine gets the latest weights: the new one starts on them
         self.engines[i] = self.backend.start_engine(self.cfg, self.weights, self.version, i)
+        self.wait_built([i])
         lost = [rid for rid, (_, e) in self.in_engine.items() if e == i]
         self.on_restart(i, {self.in_engine.pop(rid)[0] for rid in lost})
+
+    def wait_built(self, indices: Sequence[int]) -> None:
+        """Return once engines `indices` are built (their load is not a call held to `worker_timeout_s`)."""
+        named = [(worker_name(i, len(self.engines)), self.engines[i]) for i in indices]
+        wait_built(self.backend, named, self.cfg["pipeline"]["worker_timeout_s"] or None)
 
     def spans(self) -> list:
         spans = []

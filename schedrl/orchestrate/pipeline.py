@@ -23,7 +23,7 @@ from typing import Any
 
 from schedrl.config import PipelineConfig, config_to_dict
 from schedrl.data import scored_groups
-from schedrl.distributed import WorkerDiedError, WorkerStuckError, make_backend, stuck_message
+from schedrl.distributed import WorkerDiedError, WorkerStuckError, make_backend, stuck_message, wait_built
 from schedrl.distributed.backend import worker_name
 from schedrl.distributed.workers import cpu_weights
 from schedrl.orchestrate.after_update import StepCallback, after_update, pauses_after
@@ -82,6 +82,9 @@ class Pipeline:
         self.fleet.restarts = restarts
         ckpt = latest_checkpoint(c.run.ckpt_dir)
         self.learner = backend.start_learner(cfg, str(c.run.root), ckpt and str(ckpt))
+        # the stuck clock starts once every worker is built: loading a model is not a call
+        self.fleet.wait_built(range(len(self.fleet.engines)))
+        wait_built(backend, [("learner", self.learner)], self.p.worker_timeout_s or None)
 
     @property
     def engines(self) -> list:
