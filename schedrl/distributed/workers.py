@@ -118,6 +118,11 @@ class EngineWorker(Inspectable):
             self.timeline.add(kind, start, time.time())
         return finished
 
+    def abort(self, request_ids: Sequence[str]) -> list[Sample]:
+        """Cut these requests where they are still waiting or running; returns their partial samples."""
+        held = set(self.engine.waiting_ids + self.engine.running_ids)
+        return [self.engine.abort(i) for i in request_ids if i in held]
+
     def abort_all(self) -> list[Sample]:
         """Cut every waiting and running request; returns their partial samples (prefix kept)."""
         ids = self.engine.waiting_ids + self.engine.running_ids

@@ -54,10 +54,20 @@ class Group:
     done: dict[int, Sample] = field(default_factory=dict)  # finished and scored, by sample index
     partial: dict[int, Sample] = field(default_factory=dict)  # cut by an abort, waiting to resume
     dropped: list[int] = field(default_factory=list)  # finished, then dropped as too stale to train on
+    need: int = 0  # finished samples that complete it (0: every request); the rest are spares
+
+    @property
+    def needed(self) -> int:
+        return self.need or len(self.requests)
 
     @property
     def complete(self) -> bool:
-        return len(self.done) + len(self.dropped) == len(self.requests)
+        return len(self.done) + len(self.dropped) >= self.needed
+
+    def trim(self) -> None:
+        """Keep the first `needed` samples to finish (`done` is in finishing order); spares are dropped."""
+        keep = list(self.done)[: self.needed - len(self.dropped)]
+        self.done = {i: self.done[i] for i in keep}
 
     def to_send(self) -> list[Request]:
         """Requests for every sample that is neither done nor in the engine: fresh, or resumed from a prefix."""
@@ -82,6 +92,7 @@ class Group:
             "done": {str(i): sample_to_dict(s) for i, s in self.done.items()},
             "partial": {str(i): sample_to_dict(s) for i, s in self.partial.items()},
             "dropped": self.dropped,
+            "need": self.need,
         }
 
     @classmethod
@@ -95,4 +106,5 @@ class Group:
             {int(i): sample_from_dict(s) for i, s in d["done"].items()},
             {int(i): sample_from_dict(s) for i, s in d["partial"].items()},
             list(d["dropped"]),
+            int(d.get("need", 0)),
         )

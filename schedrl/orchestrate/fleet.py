@@ -126,6 +126,15 @@ class EngineFleet:
                     break
                 self.on_samples(out)
 
+    def abort(self, request_ids: Sequence[str]) -> None:
+        """Abort these requests where they run; what they held comes back to `on_samples` as aborted (a
+        request that finished meanwhile comes back finished)."""
+        per_engine: dict[int, list[str]] = {}
+        for rid in request_ids:
+            per_engine.setdefault(self.in_engine[rid][1], []).append(rid)
+        for i, ids in sorted(per_engine.items()):
+            self.futures[i].append(self.backend.call(self.engines[i], "abort", ids))
+
     def cut(self) -> None:
         """Abort everything in the engines; the cut samples go to `on_samples` with their prefixes."""
         while self.in_engine:

@@ -67,6 +67,7 @@ class Pipeline:
         self.groups: dict[str, Group] = {}  # unconsumed groups, in issue order
         self.next_wave = 0  # data-scheduler batches drawn so far; wave w's requests derive from (seed, w)
         self.consumed: list[str] = []  # ids of consumed groups, in order: the run's sample ledger
+        self.abandoned = 0  # samples aborted for good: spares and dropped groups of tail batching
         self.dropped: list[str] = []  # ids of samples dropped as too stale
         self.learner_futures: list = []  # (stats, weights) futures of the updates sent, oldest first
         self.batch_metrics: list[dict[str, float]] = []  # the batch metrics of each update sent, oldest first
@@ -99,22 +100,26 @@ class Pipeline:
         return self.fleet.restarts
 
     # ---- admission --------------------------------------------------------------------------
-    def _issue_wave(self) -> None:
-        """Draw the next batch from the data scheduler; its groups join the buffer, not yet admitted."""
+    def _issue_wave(self) -> bool:
+        """The next batch, as the consumption policy plans it from the data scheduler's; its groups join
+        the buffer, not yet admitted. False while the policy cannot plan it yet."""
         w = self.next_wave
-        plan = self.c.data.next_batch(self.budget)
-        tasks = [t for t, _ in plan]
+        plan = self.consumption.plan(self.c.data.next_batch, w)
+        if plan is None:
+            return False
+        tasks = [t for t, _, _ in plan]
         reqs = group_requests(
             tasks,
             self.c.tokenizer,
             sampling_params(self.cfg),
-            [n for _, n in plan],
+            [n for _, n, _ in plan],
             seed=self.cfg.seed,
             step=w,
         )
-        for task, (gid, members) in zip(tasks, by_group(reqs), strict=True):
-            self.groups[gid] = Group(gid, task, members, wave=w)
+        for (task, n, need), (gid, members) in zip(plan, by_group(reqs), strict=True):
+            self.groups[gid] = Group(gid, task, members, wave=w, need=0 if need == n else need)
         self.next_wave += 1
+        return True
 
     def _admit(self) -> None:
         if not self.weight_sync.admits(self.fleet):
@@ -123,7 +128,8 @@ class Pipeline:
         while True:
             g = next((g for g in self.groups.values() if not g.admitted), None)
             if g is None:  # every buffered group is in flight: draw the next batch
-                self._issue_wave()
+                if not self._issue_wave():
+                    break
                 continue
             ahead, per_update = self.consumption.position(list(self.groups.values()), g)
             if expected_update(self.started, ahead, per_update) >= self.cfg.steps or not may_admit(
@@ -151,14 +157,15 @@ class Pipeline:
 
     # ---- engine results ---------------------------------------------------------------------
     def _on_samples(self, samples: list[Sample]) -> None:
+        # samples of a group already consumed or dropped (spares of tail batching) are let go
+        samples = [s for s in samples if self.fleet.release(s.request_id) in self.groups]
         # an episode comes scored by its environment; everything else is scored here
         finished = [s for s in samples if s.finish_reason != "aborted" and s.reward is None]
-        tasks = {t.id: t for t in (self.groups[self.fleet.group_of(s.request_id)].task for s in finished)}
+        tasks = {t.id: t for t in (self.groups[group_of(s)].task for s in finished)}
         rewards = self.c.scorer(tasks, finished) if finished else []
         for s in samples:
-            g = self.groups[self.fleet.release(s.request_id)]
             if s.finish_reason == "aborted":
-                g.partial[s.sample_index] = s
+                self.groups[group_of(s)].partial[s.sample_index] = s
         for s, r in zip(finished, rewards, strict=True):
             self.groups[group_of(s)].done[s.sample_index] = s.with_reward(r)
         for s in samples:
@@ -191,15 +198,27 @@ class Pipeline:
         if groups is None:
             return False
         for g in groups:
+            g.trim()
             del self.groups[g.id]
             self.consumed.append(g.id)
+        dropped = self.consumption.drop(list(self.groups.values()))
+        for g in dropped:
+            del self.groups[g.id]
+        # spares still generating and the dropped groups' requests: aborted, their samples let go
+        self.abandoned += sum(len(g.requests) - g.needed for g in groups)
+        self.abandoned += sum(len(g.requests) for g in dropped)
+        self.fleet.abort(
+            [r.id for g in [*groups, *dropped] for r in g.requests if r.id in self.fleet.in_engine]
+        )
         batch = UpdateBatch.of(groups, self.started, self.bound, self.p.stale, self.cfg.algo)
         self.c.data.observe(scored_groups([g.task for g in groups], batch.samples, batch.rewards, batch.adv))
         payload = batch.payload(self.bound.k)
         self.learner_futures.append(
             self.backend.call(self.learner, "update", payload, self.started, num_returns=2)
         )
-        self.batch_metrics.append(batch.record_metrics(self.bound, len(self.dropped)))
+        self.batch_metrics.append(
+            {**batch.record_metrics(self.bound, len(self.dropped)), **self.consumption.metrics()}
+        )
         self.started += 1
         return True
 
@@ -302,6 +321,8 @@ class Pipeline:
             "consumed": self.consumed,
             "dropped": self.dropped,
             "engine_restarts": self.fleet.restarts,
+            "consumption": self.consumption.state_dict(),
+            "abandoned": self.abandoned,
         }
 
     def load_state_dict(self, state: dict) -> int:
@@ -318,6 +339,8 @@ class Pipeline:
             g.admitted = False  # nothing is in a fresh engine: admission sends them again, in order
             self.groups[g.id] = g
         self.consumed, self.dropped = list(state["consumed"]), list(state["dropped"])
+        self.consumption.load_state_dict(state.get("consumption", {}))
+        self.abandoned = int(state.get("abandoned", 0))
         return int(state["engine_restarts"])
 
 

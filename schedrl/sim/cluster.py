@@ -50,6 +50,10 @@ class SimGroup:
     lengths: Any = None  # (responses, 2): each response's true and predicted length, as drawn
 
     @property
+    def needed(self) -> int:
+        return len(self.requests)
+
+    @property
     def complete(self) -> bool:
         return len(self.done) + len(self.dropped) == len(self.requests)
 

@@ -2,6 +2,7 @@
 
 from schedrl.orchestrate.consumption.base import CONSUMPTION, Consumption
 from schedrl.orchestrate.consumption.partial import Partial
+from schedrl.orchestrate.consumption.tail import TailBatching
 from schedrl.orchestrate.consumption.wave import Wave
 
-__all__ = ["CONSUMPTION", "Consumption", "Partial", "Wave"]
+__all__ = ["CONSUMPTION", "Consumption", "Partial", "TailBatching", "Wave"]

@@ -3,16 +3,21 @@
 `pipeline.consumption` names one policy of `CONSUMPTION`. The pipeline keeps its
 unconsumed groups in issue order (the queue); a policy says where a new group stands in
 the order of consumption (for the admission rule `staleness.may_admit`) and which groups
-the next update takes.
+the next update takes. A policy may also shape the batches it is given (`plan`: how many
+responses each task is sampled, how many of them the group needs) and abandon groups after a
+take (`drop`): `Defaults` gives the plain answer to both, for policies that do neither.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
+from schedrl.envs import Task
 from schedrl.orchestrate.buffer import Group
 from schedrl.registry import Registry
+
+Draw = Callable[[int], list[tuple[Task, int]]]  # the data scheduler: samples wanted -> [(task, n)]
 
 
 class Consumption(Protocol):
@@ -28,8 +33,45 @@ class Consumption(Protocol):
         ...
 
     def take(self, queue: Sequence[Group]) -> list[Group] | None:
-        """The groups of the next update, or None while they are not ready."""
+        """The groups of the next update, or None while they are not ready. A group that finished more
+        samples than it needs trains on the first `need` to finish (`Group.trim`)."""
         ...
+
+    def plan(self, draw: Draw, wave: int) -> list[tuple[Task, int, int]] | None:
+        """Batch `wave`: (task, requests, samples it needs) each, drawn with `draw` or not; None while
+        the policy cannot yet say (the pipeline asks again after the next take)."""
+        ...
+
+    def drop(self, queue: Sequence[Group]) -> list[Group]:
+        """Groups to abandon after a take: their requests are aborted and the groups forgotten."""
+        ...
+
+    def metrics(self) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class Defaults:
+    """The plain answers: a step's batch as the data scheduler draws it, whole groups, no state."""
+
+    budget: int
+
+    def plan(self, draw: Draw, wave: int) -> list[tuple[Task, int, int]] | None:
+        return [(task, n, n) for task, n in draw(self.budget)]
+
+    def drop(self, queue: Sequence[Group]) -> list[Group]:
+        return []
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
 
 
 CONSUMPTION: Registry[type[Consumption]] = Registry("consumption policy")
@@ -37,4 +79,4 @@ CONSUMPTION: Registry[type[Consumption]] = Registry("consumption policy")
 
 def size(group: Group) -> int:
     """Samples a group still holds or will hold (its stale drops left out)."""
-    return len(group.requests) - len(group.dropped)
+    return group.needed - len(group.dropped)

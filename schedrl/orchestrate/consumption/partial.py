@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from schedrl.orchestrate.buffer import Group
-from schedrl.orchestrate.consumption.base import CONSUMPTION, size
+from schedrl.orchestrate.consumption.base import CONSUMPTION, Defaults, size
 
 
 @CONSUMPTION.register("partial")
-class Partial:
+class Partial(Defaults):
     """The oldest complete groups, a step's worth of samples; the rest carry over."""
 
     off_policy = True

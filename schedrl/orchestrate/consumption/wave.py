@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from schedrl.orchestrate.buffer import Group
-from schedrl.orchestrate.consumption.base import CONSUMPTION
+from schedrl.orchestrate.consumption.base import CONSUMPTION, Defaults
 
 
 @CONSUMPTION.register("wave")
-class Wave:
+class Wave(Defaults):
     """One whole data-scheduler batch per update, oldest first."""
 
     off_policy = False

@@ -1,0 +1,121 @@
+"""`tail`: RollPacker's tail batching. Rounds of two kinds, each one update.
+
+A short round draws eta x a step's samples from the data scheduler and samples each task eta x
+its group size; it ends as soon as a step's worth of groups each have their group size of
+finished samples (the first to finish of each group are kept). Every request still running is
+aborted and the groups that did not make it -- the prompts whose responses run long -- are
+deferred. Once the deferred prompts hold a step's samples, a long round runs exactly those, their
+group size each, with no spares, to the last token. Each round is planned when the one before it
+is taken, so a long round starts as soon as it is due.
+
+With `max_staleness: 0` and `weight_sync: drain` every update is on-policy, as in RollPacker. A
+deferred prompt is sampled again from scratch under the weights of its long round; the aborted
+tokens are not trained. `pipeline.overprovision` is eta.
+
+References: RollPacker (Gao et al., NSDI 2026, "Mitigating Long-Tail Rollouts for Fast, Synchronous
+RL Post-Training"), tail batching.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from schedrl.envs import Task
+from schedrl.orchestrate.buffer import Group
+from schedrl.orchestrate.consumption.base import CONSUMPTION, Defaults, Draw
+
+
+@CONSUMPTION.register("tail")
+class TailBatching(Defaults):
+    """Short rounds that keep the first groups to finish; long rounds of the prompts they deferred."""
+
+    off_policy = False
+
+    def __init__(self, budget: int, overprovision: float = 1.0) -> None:
+        if overprovision < 1.0:
+            raise ValueError(
+                f"tail batching: pipeline.overprovision (eta) must be >= 1, got {overprovision!r}"
+            )
+        self.budget, self.eta = budget, overprovision
+        self.deferred: list[tuple[Task, int]] = []  # (task, samples it needs), oldest first
+        self.long_waves: set[int] = set()
+        self.open_wave: int | None = None  # planned, not yet taken: the next round waits for it
+        self.seen_ready: dict[str, int] = {}  # group id -> when a take first saw it ready
+        self.dropping: list[Group] = []  # the last short round's groups that did not make it
+        self.last = {"tail_long_round": 0.0, "tail_deferred_prompts": 0.0}
+
+    def plan(self, draw: Draw, wave: int) -> list[tuple[Task, int, int]] | None:
+        if self.open_wave is not None:
+            return None  # the round's kind depends on what the one running now defers
+        self.open_wave = wave
+        if sum(n for _, n in self.deferred) >= self.budget:
+            out, total = [], 0
+            while total < self.budget:
+                task, n = self.deferred.pop(0)
+                out.append((task, n, n))
+                total += n
+            self.long_waves.add(wave)
+            return out
+        return [(task, math.ceil(self.eta * n), n) for task, n in draw(math.ceil(self.eta * self.budget))]
+
+    def position(self, queue: Sequence[Group], group: Group) -> tuple[int, int]:
+        return group.wave - min(g.wave for g in queue), 1  # rounds ahead, one round per update
+
+    def take(self, queue: Sequence[Group]) -> list[Group] | None:
+        """A long round: all of it, complete. A short round: its groups in the order a take first saw
+        them complete, until they hold a step's samples; the rest are dropped and deferred."""
+        if not any(g.admitted for g in queue):
+            return None
+        oldest = min(g.wave for g in queue)
+        wave = [g for g in queue if g.wave == oldest]
+        if not all(g.admitted for g in wave):
+            return None
+        if oldest in self.long_waves:
+            if not all(g.complete for g in wave):
+                return None
+            self._close(oldest, True)
+            return wave
+        for g in wave:
+            if g.complete and g.id not in self.seen_ready:
+                self.seen_ready[g.id] = len(self.seen_ready)
+        ready = sorted((g for g in wave if g.id in self.seen_ready), key=lambda g: self.seen_ready[g.id])
+        taken, total = [], 0
+        for g in ready:
+            if total >= self.budget:
+                break
+            taken.append(g)
+            total += g.needed
+        if total < self.budget:
+            return None
+        self.dropping = [g for g in wave if not any(g is t for t in taken)]
+        self.deferred += [(g.task, g.needed) for g in self.dropping]
+        self._close(oldest, False)
+        return taken
+
+    def _close(self, wave: int, long: bool) -> None:
+        self.long_waves.discard(wave)
+        self.open_wave = None if self.open_wave == wave else self.open_wave
+        self.seen_ready.clear()
+        self.last = {"tail_long_round": float(long), "tail_deferred_prompts": float(len(self.deferred))}
+
+    def drop(self, queue: Sequence[Group]) -> list[Group]:
+        out, self.dropping = self.dropping, []
+        return out
+
+    def metrics(self) -> dict[str, float]:
+        return dict(self.last)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "deferred": [[asdict(task), n] for task, n in self.deferred],
+            "long_waves": sorted(self.long_waves),
+            "open_wave": self.open_wave,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.deferred = [(Task(**task), int(n)) for task, n in state["deferred"]]
+        self.long_waves = set(state["long_waves"])
+        self.open_wave = state["open_wave"]
