@@ -164,7 +164,7 @@ def test_tail_batching_defers_the_prompts_a_short_round_aborts_to_a_long_round()
     r = sim.run()
     # a short round launches 10 prompts x 5 responses and keeps 8 x 4; its 2 other prompts wait, so
     # round 5 (index 4) is a long round of the 8 deferred prompts, 4 responses each, then short again
-    assert sim.tail is not None and sim.tail.long_waves == {4} and len(sim.tail.deferred) == 2
+    assert sim.long_rounds == [4] and sim.tail is not None and len(sim.tail.deferred) == 2
     assert r.tokens == 5 * (10 * 5 * 100) + 8 * 4 * 100  # every launched response runs (fixed lengths)
     train = 32 * (16 + 100) / (1000.0 * 2)
     assert sim.tokens_trained == 6 * 32 * 116  # every update trains P0 x R0 samples

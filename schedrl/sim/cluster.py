@@ -33,7 +33,6 @@ from schedrl.rollout.predictors import LengthPredictor
 from schedrl.rollout.tool_wait import Back, Turn, make_tool_wait
 from schedrl.sim.engine import Job, SimEngine
 from schedrl.sim.scenario import Scenario
-from schedrl.sim.tail import TailBatching
 from schedrl.timeline import Span
 
 
@@ -48,14 +47,19 @@ class SimGroup:
     done: dict[int, Job] = field(default_factory=dict)
     dropped: list[int] = field(default_factory=list)
     lengths: Any = None  # (responses, 2): each response's true and predicted length, as drawn
+    need: int = 0  # finished responses that complete it (0: all); tail batching's spares are the rest
+
+    @property
+    def task(self) -> Any:
+        return self.lengths  # what tail batching defers: the prompt, as the lengths drawn for it
 
     @property
     def needed(self) -> int:
-        return len(self.requests)
+        return self.need or len(self.requests)
 
     @property
     def complete(self) -> bool:
-        return len(self.done) + len(self.dropped) == len(self.requests)
+        return len(self.done) + len(self.dropped) >= self.needed
 
 
 class GivenPrediction(LengthPredictor):
@@ -182,12 +186,9 @@ class ClusterSim:
         self.updates = s.steps * s.updates_per_step
         self.prompts = s.workload.prompts_per_step // s.updates_per_step  # per update
         self.per_step = self.prompts * s.workload.group_size
-        self.tail = (
-            TailBatching(self.prompts, s.workload.group_size, sch.overprovision)
-            if consumption == "tail"
-            else None
-        )
-        self.consumption: Any = self.tail or CONSUMPTION.get(consumption)(self.per_step, sch.overprovision)
+        self.consumption: Any = CONSUMPTION.get(consumption)(self.per_step, sch.overprovision)
+        self.tail = self.consumption if consumption == "tail" else None
+        self.long_rounds: list[int] = []  # tail batching: the waves that were long rounds
         self.bound = (
             AutoStaleness(
                 k=sch.staleness_min,
@@ -244,35 +245,41 @@ class ClusterSim:
         )
         return list(np.stack([lengths, lengths * noise], axis=-1))
 
-    def _issue_wave(self) -> None:
+    def _issue_wave(self) -> bool:
+        """The next batch, planned by the consumption policy as in the pipeline (False: not yet)."""
         w, wl = self.next_wave, self.s.workload
         if self.tail is None:
-            rows = self._draw(self.prompts, wl.group_size)
-        else:  # a long round runs deferred prompts, R0 responses each; a short round eta x both
-            long, prompts, responses = self.tail.next_round()
-            if long:
-                rows = [r[: wl.group_size] for r in self.tail.deferred[:prompts]]
-                del self.tail.deferred[:prompts]
-                self.tail.long_waves.add(w)
-            else:
-                rows = self._draw(prompts, responses)
-        for g, row in enumerate(rows):
-            group = SimGroup(f"w{w}g{g}", w, [], lengths=row)
+            plan = [(row, wl.group_size, wl.group_size) for row in self._draw(self.prompts, wl.group_size)]
+        else:
+            # tail batching's spares: each prompt's lengths are drawn for every response it may run; a
+            # deferred prompt keeps them (its long round runs the first R0), where the real one is
+            # sampled again under newer weights
+            spares = math.ceil(self.s.schedule.overprovision * wl.group_size)
+            plan = self.consumption.plan(
+                lambda samples: [
+                    (row, wl.group_size) for row in self._draw(samples // wl.group_size, spares)
+                ],
+                w,
+            )
+            if plan is None:
+                return False
+        for g, (row, n, need) in enumerate(plan):
+            group = SimGroup(f"w{w}g{g}", w, [], lengths=row, need=0 if need == n else need)
             group.requests = [
                 Job(f"w{w}g{g}s{i}", group, i, wl.prompt_tokens, int(true), float(pred), turns=wl.turns)
-                for i, (true, pred) in enumerate(row)
+                for i, (true, pred) in enumerate(row[:n])
             ]
             self.groups[group.id] = group
         self.next_wave += 1
+        return True
 
     def _end_round(self, taken: list[SimGroup]) -> None:
-        """Tail batching: the round's other prompts are deferred to a long round, and every response
-        still running is aborted (its tokens are lost: the prompt runs again under new weights)."""
-        assert self.tail is not None
-        wave, keep = taken[0].wave, {g.id for g in taken}
-        for g in [g for g in self.groups.values() if g.wave == wave and g.id not in keep]:
+        """Tail batching: the groups the policy drops (deferred by it) are forgotten, and every response
+        still running is aborted (its tokens are lost: a deferred prompt runs again in a long round)."""
+        if self.consumption.metrics()["tail_long_round"]:
+            self.long_rounds.append(taken[0].wave)
+        for g in self.consumption.drop(list(self.groups.values())):
             del self.groups[g.id]
-            self.tail.deferred.append(g.lengths)
         for e in self.fleet.engines:
             self._finish(e.advance(self.fleet.now))
         self.fleet.cut()
@@ -287,9 +294,8 @@ class ClusterSim:
             while i < len(queue) and queue[i].admitted:
                 i += 1
             if i == len(queue):
-                if self.tail is not None and self.groups:
-                    break  # a tail round's kind is decided when it starts: after the last is consumed
-                self._issue_wave()
+                if not self._issue_wave():
+                    break  # a tail round's kind is decided when it starts: after the last is taken
                 queue = list(self.groups.values())
                 continue
             g = queue[i]
@@ -346,7 +352,7 @@ class ClusterSim:
         for g in groups:
             del self.groups[g.id]
             kept = list(g.done.values())  # in the order they finished
-            for job in kept[: self.tail.need] if self.tail else kept:
+            for job in kept[: g.needed - len(g.dropped)]:  # the first to finish (`Group.trim`)
                 tokens += job.prompt + job.length
                 self.staleness.append(self.started - (job.v_min or 0))
                 ages.append(self.started - ((job.v_min or 0) + (job.v_max or 0)) / 2)
@@ -393,7 +399,7 @@ class ClusterSim:
             g = job.group
             if isinstance(g, SimGroup) and g.id in self.groups:
                 g.done[job.sample_index] = job
-                if g.complete or (self.tail is not None and self.tail.ready(g)):
+                if g.complete:
                     self.new_complete.append(g)
                     self.dirty = True
 
