@@ -57,6 +57,7 @@ MODES = {
         "overprovision": 1.5,
         "stale": "mask",
     },
+    "tail": {"mode": "async", "consumption": "tail", "overprovision": 1.25},  # RollPacker, on-policy
     "k4": {"mode": "async", "max_staleness": 4},
     "combined-k4": {
         "mode": "async",

@@ -1,11 +1,13 @@
 """The simulator against real runs: calibrated on local runs, predicting the others; and its speed.
 
-Three runs of `examples/async_threads.yaml` (80 RL steps after 300 SFT steps, the tiny model on the
+Four runs of `examples/async_threads.yaml` (80 RL steps after 300 SFT steps, the tiny model on the
 `longtail` mix), one after another on this machine:
 
   sync              the synchronous loop (one torch thread, so it uses one core as each async worker)
   k2                the async pipeline on threads, k = 2, drain, wave
   partial_inflight  k = 2, partial consumption at 1.5x over-provision, in-flight weight updates
+  tail              k = 0, drain, tail batching at eta 1.25 (RollPacker: short rounds, a long round
+                    of the deferred prompts every fifth)
 
 `schedrl simulate --calibrate` fits the engine, learner and sync costs to the sync run and predicts
 each run's mean step time; a second calibration also fits the workers' slowdown on shared cores
@@ -41,6 +43,7 @@ RUNS = {
         "pipeline.overprovision=1.5",
         "pipeline.weight_sync=inflight",
     ],
+    "tail": ["pipeline.max_staleness=0", "pipeline.consumption=tail", "pipeline.overprovision=1.25"],
 }
 BIG = {
     "name": "1024-gpus",

@@ -97,7 +97,8 @@ class ScheduleSection:
     auto_low: float = 0.002  # auto: grow k while the mismatch stays below this
     auto_high: float = 0.01  # auto: shrink k when the mismatch goes above this
     drift_kl: float = 0.0  # (assumed) k3 KL per token that one version of staleness adds
-    # wave, partial (async), or tail: RollPacker's tail batching (sync; overprovision is its eta)
+    # wave, partial (async), or tail: RollPacker's tail batching (overprovision is its eta; on-policy
+    # in sync mode, and as in the pipeline, async admits the next round during the update)
     consumption: Literal["wave", "partial", "tail"] = "wave"
     overprovision: float = 1.0
     weight_sync: Literal["drain", "inflight", "cut_resume"] = "drain"
@@ -269,10 +270,6 @@ def scenario_from_dict(data: dict[str, Any], overrides=(), where: str = "scenari
             f"({s.workload.prompts_per_step})"
         )
     sch = s.schedule
-    if sch.consumption == "tail" and sch.mode != "sync":
-        raise ConfigError(
-            f"{where}: 'schedule.consumption' tail is a synchronous schedule: set schedule.mode: sync"
-        )
     if sch.consumption == "tail" and sch.overprovision < 1:
         raise ConfigError(
             f"{where}: 'schedule.overprovision' (tail batching's eta) must be >= 1, got {sch.overprovision!r}"
