@@ -116,6 +116,6 @@ class TailBatching(Defaults):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.deferred = [(Task(**task), int(n)) for task, n in state["deferred"]]
-        self.long_waves = set(state["long_waves"])
-        self.open_wave = state["open_wave"]
+        self.deferred = [(Task(**task), int(n)) for task, n in state.get("deferred", [])]
+        self.long_waves = set(state.get("long_waves", []))
+        self.open_wave = state.get("open_wave")
