@@ -10,8 +10,9 @@ Four runs of `examples/async_threads.yaml` (80 RL steps after 300 SFT steps, the
                     of the deferred prompts every fifth)
 
 `schedrl simulate --calibrate` fits the engine, learner and sync costs to the sync run and predicts
-each run's mean step time; a second calibration also fits the workers' slowdown on shared cores
-(`--interference-from k2`). Then the speed: seconds of wall-clock per simulated RL step for a
+each run's mean step time; a second calibration also measures the workers' slowdown on shared cores
+with a microbenchmark of the run's engine and learner side by side (`--interference-bench`), applied
+only while both work. Then the speed: seconds of wall-clock per simulated RL step for a
 1,024-GPU scenario (512 engines, 512 learner GPUs, 8,192 samples per step).
 
     python bench/sim_calibration.py                 # about 4 minutes on 2 cores
@@ -87,10 +88,10 @@ def main() -> None:
         print(f"{name}: trained in {time.perf_counter() - start:.0f} s")
     runs = [str(work / "runs" / n) for n in RUNS]
     results = {}
-    for label, extra in (("sync_only", []), ("with_interference", ["--interference-from", runs[1]])):
+    for label, extra in (("sync_only", []), ("with_interference", ["--interference-bench"])):
         out = json.loads(schedrl("simulate", "--calibrate", *runs, *extra, "--json").strip().splitlines()[-1])
         results[label] = out
-        print(f"\ncalibrated on sync{' (+ interference from k2)' if extra else ''}:")
+        print(f"\ncalibrated on sync{' (+ the contention microbenchmark)' if extra else ''}:")
         for sc in out["scenarios"]:
             m = sc["measured"]["step_s"]
             print(f"  {sc['scenario']:<40} simulated {m['simulated']:.4f} s  measured {m['measured']:.4f} s  "
