@@ -94,3 +94,21 @@ def test_summarize_eval_rejects_too_few_samples() -> None:
         summarize_eval([[1.0, 0.0], [1.0]], [1, 2, 3], k=2)
     with pytest.raises(ValueError, match="empty"):
         summarize_eval([], [1], k=1)
+
+
+def test_length_icc_by_hand() -> None:
+    import math
+
+    import torch
+
+    from schedrl.orchestrate.step_metrics import length_icc
+
+    e = math.e
+    groups = torch.tensor([0, 0, 1, 1])
+    # log lengths 0, 0 | 2, 2: all the spread is between the groups
+    assert length_icc(torch.tensor([1.0, 1.0, e**2, e**2]), groups, 2) == pytest.approx(1.0)
+    # log lengths 0, 2 | 0, 2: all of it within them
+    assert length_icc(torch.tensor([1.0, e**2, 1.0, e**2]), groups, 2) == pytest.approx(0.0)
+    # log lengths 0, 2 | 2, 2: mean 1.5; total 2.25 + 3 x 0.25 = 3; within 1 + 1 + 0 = 2: 1 - 2/3
+    assert length_icc(torch.tensor([1.0, e**2, e**2, e**2]), groups, 2) == pytest.approx(1 / 3)
+    assert length_icc(torch.tensor([5.0, 5.0, 5.0, 5.0]), groups, 2) == 1.0

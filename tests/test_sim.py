@@ -11,7 +11,7 @@ from schedrl.config import ConfigError
 from schedrl.sim import load_scenario, scenario_from_dict, simulate
 from schedrl.sim.costs import EngineCost
 from schedrl.sim.engine import Job, SimEngine
-from schedrl.sim.lengths import LengthDist, read_lengths
+from schedrl.sim.lengths import DistributionError, LengthDist, read_lengths
 
 
 def jobs(lengths, prompt=10):
@@ -580,3 +580,21 @@ def test_the_claim_scenarios_load_and_reproduce_the_direction(name, capsys):
     assert main(["simulate", str(path), "--json"]) == 0
     claims = json.loads(capsys.readouterr().out)["claims"]
     assert claims and all(c["direction"] and c["simulated"] > 1.0 for c in claims)
+
+
+def test_a_copula_keeps_the_empirical_lengths_and_correlates_a_group():
+    import numpy as np
+
+    values = tuple(range(1, 101))
+    rng = np.random.default_rng(0)
+    alike = LengthDist(kind="empirical", values=values, rho=1.0, cap=100).sample(rng, 500, 8)
+    assert (alike == alike[:, :1]).all()  # rho 1: a group's samples are one quantile
+    for rho in (0.0, 0.8):
+        x = LengthDist(kind="empirical", values=values, rho=rho, cap=100).sample(rng, 2000, 8)
+        # the marginal is `values`' uniform 1..100 whatever rho: mean 50.5, deciles at 10, 20, ...
+        assert x.mean() == pytest.approx(50.5, abs=1.0)
+        assert np.quantile(x, [0.1, 0.5, 0.9]) == pytest.approx([10.5, 50.5, 90.5], abs=2.0)
+        between = x.mean(axis=1).var() / x.var()  # ~ rho^2 + (1 - rho^2) / 8 on normal scores
+        assert between == pytest.approx(rho**2 + (1 - rho**2) / 8, abs=0.06)
+    with pytest.raises(DistributionError, match=r"lengths.rho: must be within \[0, 1\]"):
+        LengthDist(kind="empirical", values=values, rho=1.5).check()

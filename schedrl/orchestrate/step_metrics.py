@@ -34,6 +34,20 @@ STEP_KEYS = (
 )
 
 
+def length_icc(lengths: torch.Tensor, groups: torch.Tensor, n_groups: int) -> float:
+    """The share of the spread of log lengths that lies between prompt groups (an intraclass
+    correlation in [0, 1]): 1 when a group's samples are all as long, 0 when the prompt says nothing
+    about the length. The simulator's calibration draws correlated lengths with it."""
+    logl = lengths.clamp(min=1.0).log()
+    total = float(((logl - logl.mean()) ** 2).sum())
+    if total <= 0.0:
+        return 1.0  # every sample equally long
+    count = torch.zeros(n_groups).index_add_(0, groups, torch.ones_like(logl))
+    means = torch.zeros(n_groups).index_add_(0, groups, logl) / count.clamp(min=1.0)
+    within = float(((logl - means[groups]) ** 2).sum())
+    return min(1.0, max(0.0, 1.0 - within / total))
+
+
 def rollout_metrics(
     samples: Sequence[Sample], rewards: torch.Tensor, groups: torch.Tensor
 ) -> dict[str, float]:
@@ -47,6 +61,7 @@ def rollout_metrics(
     q = torch.quantile(lengths, torch.tensor([0.1, 0.5, 0.9])).tolist() if len(lengths) else [0.0] * 3
     queue = torch.tensor([s.timings.queue_s for s in samples], dtype=torch.float)
     return {
+        "len_group_icc": length_icc(lengths, groups, n_groups),
         **({"turns_mean": sum(turns) / len(turns)} if turns else {}),
         "reward_mean": float(rewards.mean()),
         "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,

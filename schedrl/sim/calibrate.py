@@ -23,6 +23,7 @@ A run that lacks what a fit needs is an error naming the run and the missing fil
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,17 @@ def schedule_of(cfg: dict) -> tuple[dict, dict]:
     return schedule, {"gpus": engines + 1, "placement": "disaggregated", "rollout_gpus": engines}
 
 
+def length_model(rows: list[dict], cap: int) -> dict:
+    """The run's lengths: its logged quantiles' sketch, correlated within a group as the run's own
+    `len_group_icc` says (a copula with rho = sqrt(icc)); a run without it: a group draw x
+    exp(N(0, 0.3)), an assumed spread."""
+    icc = [r["len_group_icc"] for r in rows if "len_group_icc" in r]
+    if icc:
+        rho = math.sqrt(min(1.0, max(0.0, statistics.fmean(icc))))
+        return {"kind": "empirical", "values": length_sketch(rows), "rho": round(rho, 4), "cap": cap}
+    return {"kind": "empirical", "values": length_sketch(rows), "per_group": True, "sigma": 0.3, "cap": cap}
+
+
 def length_sketch(rows: list[dict], points: int = 200) -> list[int]:
     """A `points`-value sketch through the logged quantiles (1 at 0, p10, p50, p90, max at 1), each
     segment curved as t ** gamma with one gamma, found by bisection, that gives the logged mean."""
@@ -160,13 +172,7 @@ def calibrate(run_dir: str | Path, steps: int = 30) -> dict[str, Any]:
             "prompts_per_step": s["prompts_per_step"],
             "group_size": s["group_size"],
             "prompt_tokens": 1,  # prompt costs are inside the fitted per-step and fixed terms
-            "lengths": {
-                "kind": "empirical",
-                "values": length_sketch(rows),
-                "per_group": True,
-                "sigma": 0.3,
-                "cap": s["max_new_tokens"],
-            },  # fmt: skip
+            "lengths": length_model(rows, s["max_new_tokens"]),
             "predictor_sigma": 0.0,
         },
         "cluster": {**cluster, "memory_gb": 1000.0},

@@ -8,7 +8,10 @@ factor exp(N(0, group_sigma)) and every sample multiplies its own draw by it. Th
     fixed       median                                    (every sample the same)
     empirical   resampled from `values` or a file of lengths (one integer per line, or a run's
                 `samples.jsonl` rows with `num_tokens`); with `per_group`, once per group, each
-                sample that draw x exp(N(0, sigma))
+                sample that draw x exp(N(0, sigma)); with `rho`, a Gaussian copula: each sample's
+                quantile of `values` from rho x its group's normal draw + sqrt(1 - rho^2) x its
+                own, so the lengths keep exactly the distribution of `values` and a group's
+                samples correlate (rho^2 of the spread of their normal scores is between groups)
 
 Every draw is rounded and clipped to [1, cap]: the response cap of the run.
 """
@@ -16,10 +19,13 @@ Every draw is rounded and clipped to [1, cap]: the response cap of the run.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+_erf = np.vectorize(math.erf, otypes=[float])
 
 KINDS = ("lognormal", "pareto", "fixed", "empirical")
 
@@ -41,6 +47,7 @@ class LengthDist:
     path: str | None = None  # empirical: a file of lengths (read once)
     # empirical: one draw per group, each sample that draw x exp(N(0, sigma)) (a task sets the length)
     per_group: bool = False
+    rho: float | None = None  # empirical: the copula's correlation within a group (keeps `values`' spread)
 
     def check(self, where: str = "lengths") -> None:
         def bad(key: str, why: str) -> DistributionError:
@@ -58,6 +65,8 @@ class LengthDist:
             raise bad("median", f"must be > 0, got {self.median!r}")
         if self.kind == "pareto" and not (self.alpha > 0 and self.min > 0):
             raise bad("alpha" if self.alpha <= 0 else "min", "must be > 0")
+        if self.rho is not None and not (self.kind == "empirical" and 0.0 <= self.rho <= 1.0):
+            raise bad("rho", f"must be within [0, 1], for an empirical distribution only, got {self.rho!r}")
         if self.kind == "empirical":
             if self.path is not None and not self.values:
                 self.values = tuple(read_lengths(self.path, where))
@@ -77,6 +86,12 @@ class LengthDist:
             x = self.min * (1.0 + rng.pareto(self.alpha, shape))
         elif self.kind == "fixed":
             x = np.full(shape, float(self.median))
+        elif self.rho is not None:
+            v = np.sort(np.asarray(self.values, dtype=float))
+            z = self.rho * rng.standard_normal((groups, 1))
+            z = z + math.sqrt(1.0 - self.rho**2) * rng.standard_normal(shape)
+            u = 0.5 * (1.0 + _erf(z / math.sqrt(2.0)))
+            x = v[np.minimum((u * len(v)).astype(np.int64), len(v) - 1)]
         elif self.per_group:
             base = rng.choice(np.asarray(self.values, dtype=float), (groups, 1))
             x = base * np.exp(rng.normal(0.0, self.sigma, shape))
