@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from schedrl.config import config_from_dict
@@ -191,6 +191,9 @@ def source():
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# tail batching on a data scheduler that draws less than a step (it used to wait forever for the rest)
+@example(k=0, partial=False, inflight=False, overprovision=1.0, stale="drop", prompts=1, group=3, max_new=1,
+         chunk=1, cap=1, steps=1, seed=0, data="difficulty_profile", engines=1, multi_turn=False, tail=True)  # fmt: skip
 @given(
     k=st.sampled_from([0, 1, 2, "auto"]),
     partial=st.booleans(),
@@ -282,7 +285,6 @@ def test_staleness_bound_and_sample_ledger(
     assert not (set(trained) & dropped) and not (set(trained) & buffered) and not (dropped & buffered)
     if tail:  # spares and the groups a short round did not keep are abandoned, counted
         assert len(set(trained) | dropped | buffered) + pipe.abandoned == len(issued), "a sample was lost"
-        assert all(len(batch) >= prompts * group for batch in learner.batches), "a round short of a step"
     else:
         assert set(trained) | dropped | buffered == issued, "a sample was lost"
         assert not pipe.abandoned

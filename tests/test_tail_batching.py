@@ -155,3 +155,14 @@ def test_the_pipeline_runs_short_rounds_then_the_deferred_long_round_and_resumes
     long_round = final["consumed"][-6:]
     assert sorted(gid.split("/")[1] for gid in long_round) == ["2"] * 6  # wave 2's groups
     assert final["abandoned"] == 2 * (9 * 6 - 6 * 4)  # the long round had no spares
+
+
+def test_a_draw_smaller_than_asked_keeps_the_steps_share_of_it():
+    """A data scheduler may draw fewer samples than asked: at eta 1 the round then keeps all it drew."""
+    tail = TailBatching(6, 1.0)
+    plan = tail.plan(lambda samples: [(_task(0), 2), (_task(1), 2)], 0)  # 4 samples of the 6 asked
+    queue = _groups(plan, 0)
+    for g in queue:
+        _finish(g, 0)
+        _finish(g, 1)
+    assert tail.take(queue) == queue  # a target of 6 would wait forever

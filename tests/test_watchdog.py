@@ -3,6 +3,7 @@ the run stops without waiting on it forever, and it resumes from its last checkp
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from pathlib import Path
@@ -14,6 +15,17 @@ from schedrl.distributed import WorkerStuckError
 from schedrl.distributed.workers import EngineWorker
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo.yaml"
+
+
+@pytest.fixture(autouse=True)
+def default_sigint():
+    """The watchdog interrupts a phase only under Python's own SIGINT handler (a handler of the user's
+    is left alone); a handler an earlier test in this process left behind must not decide these."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 RUN = {
     "steps": 6,
     "save_every": 2,

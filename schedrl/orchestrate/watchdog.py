@@ -97,3 +97,8 @@ class Watchdog:
         main = threading.main_thread()
         if ident == main.ident and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             signal.pthread_kill(ident, signal.SIGINT)  # raises KeyboardInterrupt in the phase
+        elif ident == main.ident:
+            log.error(
+                "the phase is not interrupted: SIGINT has a handler of its own (%r), not Python's default",
+                signal.getsignal(signal.SIGINT),
+            )

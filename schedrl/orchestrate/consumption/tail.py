@@ -43,6 +43,7 @@ class TailBatching(Defaults):
         self.deferred: list[tuple[Task, int]] = []  # (task, samples it needs), oldest first
         self.long_waves: set[int] = set()
         self.open_wave: int | None = None  # planned, not yet taken: the next round waits for it
+        self.target = budget  # the samples the open short round keeps
         self.seen_ready: dict[str, int] = {}  # group id -> when a take first saw it ready
         self.dropping: list[Group] = []  # the last short round's groups that did not make it
         self.last = {"tail_long_round": 0.0, "tail_deferred_prompts": 0.0}
@@ -59,14 +60,18 @@ class TailBatching(Defaults):
                 total += n
             self.long_waves.add(wave)
             return out
-        return [(task, math.ceil(self.eta * n), n) for task, n in draw(math.ceil(self.eta * self.budget))]
+        drawn = draw(math.ceil(self.eta * self.budget))
+        # a step's share of what was drawn (a data scheduler may draw less than asked)
+        self.target = min(self.budget, math.ceil(sum(n for _, n in drawn) / self.eta))
+        return [(task, math.ceil(self.eta * n), n) for task, n in drawn]
 
     def position(self, queue: Sequence[Group], group: Group) -> tuple[int, int]:
         return group.wave - min(g.wave for g in queue), 1  # rounds ahead, one round per update
 
     def take(self, queue: Sequence[Group]) -> list[Group] | None:
         """A long round: all of it, complete. A short round: its groups in the order a take first saw
-        them complete, until they hold a step's samples; the rest are dropped and deferred."""
+        them complete, until they hold a step's samples (or the step's share of a smaller draw); the
+        rest are dropped and deferred."""
         if not any(g.admitted for g in queue):
             return None
         oldest = min(g.wave for g in queue)
@@ -84,11 +89,11 @@ class TailBatching(Defaults):
         ready = sorted((g for g in wave if g.id in self.seen_ready), key=lambda g: self.seen_ready[g.id])
         taken, total = [], 0
         for g in ready:
-            if total >= self.budget:
+            if total >= self.target:
                 break
             taken.append(g)
             total += g.needed
-        if total < self.budget:
+        if total < self.target:
             return None
         self.dropping = [g for g in wave if not any(g is t for t in taken)]
         self.deferred += [(g.task, g.needed) for g in self.dropping]
@@ -113,9 +118,11 @@ class TailBatching(Defaults):
             "deferred": [[asdict(task), n] for task, n in self.deferred],
             "long_waves": sorted(self.long_waves),
             "open_wave": self.open_wave,
+            "target": self.target,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.deferred = [(Task(**task), int(n)) for task, n in state.get("deferred", [])]
         self.long_waves = set(state.get("long_waves", []))
         self.open_wave = state.get("open_wave")
+        self.target = int(state.get("target", self.budget))
