@@ -171,14 +171,13 @@ class EngineFleet:
         self.futures[i] = []
         self.flush(skip=i)  # every engine gets the latest weights: the new one starts on them
         self.engines[i] = self.backend.start_engine(self.cfg, self.weights, self.version, i)
-        self.wait_built([i])
+        wait_built(self.backend, self.named([i]), self.cfg["pipeline"]["worker_timeout_s"] or None)
         lost = [rid for rid, (_, e) in self.in_engine.items() if e == i]
         self.on_restart(i, {self.in_engine.pop(rid)[0] for rid in lost})
 
-    def wait_built(self, indices: Sequence[int]) -> None:
-        """Return once engines `indices` are built (their load is not a call held to `worker_timeout_s`)."""
-        named = [(worker_name(i, len(self.engines)), self.engines[i]) for i in indices]
-        wait_built(self.backend, named, self.cfg["pipeline"]["worker_timeout_s"] or None)
+    def named(self, indices: Sequence[int]) -> list[tuple[str, Any]]:
+        """(timeline name, worker) of engines `indices`."""
+        return [(worker_name(i, len(self.engines)), self.engines[i]) for i in indices]
 
     def spans(self) -> list:
         spans = []

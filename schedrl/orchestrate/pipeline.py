@@ -84,8 +84,9 @@ class Pipeline:
         ckpt = latest_checkpoint(c.run.ckpt_dir)
         self.learner = backend.start_learner(cfg, str(c.run.root), ckpt and str(ckpt))
         # the stuck clock starts once every worker is built: loading a model is not a call
-        self.fleet.wait_built(range(len(self.fleet.engines)))
-        wait_built(backend, [("learner", self.learner)], self.p.worker_timeout_s or None)
+        # (engines first: on threads the learner builds after them, and is not reported as slow for it)
+        for workers in (self.fleet.named(range(len(self.fleet.engines))), [("learner", self.learner)]):
+            wait_built(backend, workers, self.p.worker_timeout_s or None)
 
     @property
     def engines(self) -> list:

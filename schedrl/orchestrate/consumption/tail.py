@@ -41,8 +41,8 @@ class TailBatching(Defaults):
             )
         self.budget, self.eta = budget, overprovision
         self.deferred: list[tuple[Task, int]] = []  # (task, samples it needs), oldest first
-        self.long_waves: set[int] = set()
         self.open_wave: int | None = None  # planned, not yet taken: the next round waits for it
+        self.long = False  # whether the open round is a long one
         self.target = budget  # the samples the open short round keeps
         self.seen_ready: dict[str, int] = {}  # group id -> when a take first saw it ready
         self.dropping: list[Group] = []  # the last short round's groups that did not make it
@@ -58,7 +58,7 @@ class TailBatching(Defaults):
                 task, n = self.deferred.pop(0)
                 out.append((task, n, n))
                 total += n
-            self.long_waves.add(wave)
+            self.long = True
             return out
         drawn = draw(math.ceil(self.eta * self.budget))
         # a step's share of what was drawn (a data scheduler may draw less than asked)
@@ -78,7 +78,7 @@ class TailBatching(Defaults):
         wave = [g for g in queue if g.wave == oldest]
         if not all(g.admitted for g in wave):
             return None
-        if oldest in self.long_waves:
+        if self.long and oldest == self.open_wave:
             if not all(g.complete for g in wave):
                 return None
             self._close(oldest, True)
@@ -101,8 +101,8 @@ class TailBatching(Defaults):
         return taken
 
     def _close(self, wave: int, long: bool) -> None:
-        self.long_waves.discard(wave)
-        self.open_wave = None if self.open_wave == wave else self.open_wave
+        if self.open_wave == wave:
+            self.open_wave, self.long = None, False
         self.seen_ready.clear()
         self.last = {"tail_long_round": float(long), "tail_deferred_prompts": float(len(self.deferred))}
 
@@ -116,13 +116,13 @@ class TailBatching(Defaults):
     def state_dict(self) -> dict[str, Any]:
         return {
             "deferred": [[asdict(task), n] for task, n in self.deferred],
-            "long_waves": sorted(self.long_waves),
+            "long": self.long,
             "open_wave": self.open_wave,
             "target": self.target,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.deferred = [(Task(**task), int(n)) for task, n in state.get("deferred", [])]
-        self.long_waves = set(state.get("long_waves", []))
+        self.long = bool(state.get("long", False))
         self.open_wave = state.get("open_wave")
         self.target = int(state.get("target", self.budget))
