@@ -194,6 +194,9 @@ def source():
 # tail batching on a data scheduler that draws less than a step (it used to wait forever for the rest)
 @example(k=0, partial=False, inflight=False, overprovision=1.0, stale="drop", prompts=1, group=3, max_new=1,
          chunk=1, cap=1, steps=1, seed=0, data="difficulty_profile", engines=1, multi_turn=False, tail=True)  # fmt: skip
+# tail batching with k=auto over three engines (CI found it stalled at update 3)
+@example(k="auto", partial=False, inflight=False, overprovision=1.0, stale="drop", prompts=3, group=2, max_new=1,
+         chunk=1, cap=2, steps=4, seed=1224, data="uniform", engines=3, multi_turn=False, tail=True)  # fmt: skip
 @given(
     k=st.sampled_from([0, 1, 2, "auto"]),
     partial=st.booleans(),

@@ -166,3 +166,19 @@ def test_a_draw_smaller_than_asked_keeps_the_steps_share_of_it():
         _finish(g, 0)
         _finish(g, 1)
     assert tail.take(queue) == queue  # a target of 6 would wait forever
+
+
+def test_groups_dropped_as_too_stale_leave_the_round_short_not_stalled():
+    """A shrinking `auto` k drops a round's groups as too stale (`_purge_stale` deletes them from the
+    buffer): the round keeps what is left, and a round with nothing left ends so the next is planned.
+    Hypothesis found the stall: k auto, eta 1, three engines."""
+    tail = TailBatching(6, 1.0)  # 3 prompts x 2, no spares
+    queue = _groups(tail.plan(_draw([]), 0), 0)
+    for g in queue:
+        _finish(g, 0)
+        _finish(g, 1)
+    left = queue[1:]  # one group purged: 4 of the 6 samples remain
+    assert tail.take(left) == left
+    assert tail.plan(_draw([]), 1) is not None
+    assert tail.take([]) is None  # every group of round 1 purged: the round is over, nothing to take
+    assert tail.plan(_draw([]), 2) is not None  # and the next round is planned

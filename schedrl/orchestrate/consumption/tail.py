@@ -71,7 +71,11 @@ class TailBatching(Defaults):
     def take(self, queue: Sequence[Group]) -> list[Group] | None:
         """A long round: all of it, complete. A short round: its groups in the order a take first saw
         them complete, until they hold a step's samples (or the step's share of a smaller draw); the
-        rest are dropped and deferred."""
+        rest are dropped and deferred. Groups dropped as too stale (a shrinking `auto` k) leave the round
+        short: it keeps what is left of it, and ends with nothing to take if nothing is."""
+        if self.open_wave is not None and not any(g.wave == self.open_wave for g in queue):
+            self._close(self.open_wave, self.long)
+            return None
         if not any(g.admitted for g in queue):
             return None
         oldest = min(g.wave for g in queue)
@@ -87,13 +91,14 @@ class TailBatching(Defaults):
             if g.complete and g.id not in self.seen_ready:
                 self.seen_ready[g.id] = len(self.seen_ready)
         ready = sorted((g for g in wave if g.id in self.seen_ready), key=lambda g: self.seen_ready[g.id])
+        target = min(self.target, sum(g.needed for g in wave))
         taken, total = [], 0
         for g in ready:
-            if total >= self.target:
+            if total >= target:
                 break
             taken.append(g)
             total += g.needed
-        if total < self.target:
+        if total < target:
             return None
         self.dropping = [g for g in wave if not any(g is t for t in taken)]
         self.deferred += [(g.task, g.needed) for g in self.dropping]
