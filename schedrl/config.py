@@ -368,11 +368,6 @@ def _validate(cfg: RunConfig) -> None:
         if dotted in _NON_NEGATIVE and obj < 0:
             raise ConfigError(f"config field '{dotted}' must be >= 0, got {obj!r}")
     _validate_pipeline(cfg.pipeline, cfg.algo)
-    if cfg.pipeline.consumption == "tail" and cfg.task.env != "single_turn":
-        raise ConfigError(
-            "config field 'pipeline.consumption' is 'tail', which aborts and abandons spare samples; "
-            f"multi-turn episodes (task.env {cfg.task.env!r}) cannot be abandoned yet: use 'partial' or 'wave'"
-        )
     _validate_admission(cfg.engine)
     _validate_backend(cfg)
     _validate_data(cfg)

@@ -76,6 +76,62 @@ def test_episodes_cut_at_any_step_resume_exactly(model, tokenizer, policy):
         assert torch.allclose(torch.tensor(s.logprobs), torch.tensor(r.logprobs), atol=1e-4)
 
 
+@pytest.mark.parametrize("policy", [Release(), Pin(prior_wait_s=5.0)], ids=["release", "pin"])
+def test_discarded_episodes_end_for_good_and_the_rest_run_as_alone(model, tokenizer, policy):
+    """Tail batching abandons spare episodes (`EngineWorker.abort` discards them): one with a model turn in
+    the engine and one waiting on its environment end with no sample, their environments close, the
+    engine keeps nothing of theirs (a pinned one's parked cache goes), and the others finish as in a run
+    without them."""
+    plain, reqs = _episodes(model, tokenizer, policy, park_slots=3)
+    try:
+        ref = {s.request_id: s for s in plain.generate(reqs)}
+    finally:
+        plain.runner.close()
+    eng, reqs = _episodes(model, tokenizer, policy, park_slots=3)
+    closed: list[str] = []
+    make = eng.runner.make_env
+
+    def counted():
+        env = make()
+        close = env.close
+
+        async def counting_close():
+            closed.append("x")
+            await close()
+
+        env.close = counting_close
+        return env
+
+    eng.runner.make_env = counted
+    try:
+        for r in reqs:
+            eng.add(r)
+        done, gone = {}, []
+        while eng.has_unfinished():
+            for s in eng.step():
+                done[s.request_id] = s
+            running = [i for i in eng.running_ids if i not in gone]
+            waiting = [i for i in eng.waiting_ids if i not in gone and i not in running]
+            if len(gone) < 2 and running and waiting and eng.runner.engine.num_running:
+                for i in (running[0], waiting[0]):
+                    s = eng.discard(i)
+                    assert s is not None and s.finish_reason == "aborted" and not s.token_ids
+                    gone.append(i)
+                assert eng.discard(gone[0]) is None  # gone already
+        assert len(gone) == 2 and not set(gone) & set(done)
+        assert set(done) == set(ref) - set(gone)
+        for rid, s in done.items():
+            assert s.token_ids == ref[rid].token_ids and s.reward == ref[rid].reward
+        assert not eng.runner._active and not eng.runner._in_engine and not eng.runner._waiting
+        inner = eng.runner.engine
+        assert inner.num_running == 0 and inner.num_waiting == 0
+        assert getattr(inner, "num_cached_tokens", 0) == 0  # no parked cache of a discarded episode left
+    finally:
+        eng.runner.close()
+    assert len(closed) == len(reqs)  # every environment closed, the discarded ones too
+    assert eng.runner.episodes_ended == len(reqs) - 2
+
+
 def test_an_unknown_task_is_refused_with_its_id(model, tokenizer):
     eng, reqs = _episodes(model, tokenizer, Release())
     eng.set_tasks({})

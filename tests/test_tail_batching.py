@@ -99,11 +99,11 @@ def test_a_long_round_runs_the_deferred_prompts_whole_once_they_fill_a_step():
     assert again.deferred == [(_task(99), 2)] and again.open_wave is None
 
 
-def test_eta_below_one_and_multi_turn_tasks_are_refused():
+def test_eta_below_one_is_refused():
     with pytest.raises(ValueError, match="overprovision"):
         TailBatching(4, 0.5)
-    with pytest.raises(ConfigError, match="'pipeline.consumption' is 'tail'.*task.env 'guess'"):
-        config_from_dict({"task": {"env": "guess"}, "pipeline": {"mode": "async", "consumption": "tail"}})
+    with pytest.raises(ConfigError, match="pipeline.overprovision"):
+        config_from_dict({"pipeline": {"mode": "async", "consumption": "tail", "overprovision": 0.5}})
 
 
 def test_the_pipeline_runs_short_rounds_then_the_deferred_long_round_and_resumes_it(tmp_path):
@@ -182,3 +182,52 @@ def test_groups_dropped_as_too_stale_leave_the_round_short_not_stalled():
     assert tail.plan(_draw([]), 1) is not None
     assert tail.take([]) is None  # every group of round 1 purged: the round is over, nothing to take
     assert tail.plan(_draw([]), 2) is not None  # and the next round is planned
+
+
+def test_multi_turn_episodes_are_discarded_with_their_environments(tmp_path):
+    """Tail batching on the guessing game: the spare episodes and the deferred groups' episodes are
+    discarded in their engine (environments closed, nothing left suspended), counted as abandoned in
+    closed form; two short rounds defer 2 prompts each, so the third update is the long round."""
+    from schedrl.distributed.backend import LocalBackend
+    from schedrl.orchestrate.build import build
+    from schedrl.orchestrate.pipeline import Pipeline
+    from schedrl.training.run_dir import RunDir
+
+    cfg = config_from_dict(
+        {
+            "task": {
+                "name": "guess",
+                "args": {"high": 15},
+                "env": "guess",
+                "env_args": {"max_guesses": 3},
+                "max_turns": 3,
+                "max_observation_tokens": 4,
+            },  # fmt: skip
+            "sft": {"steps": 10},
+            "sampling": {"prompts_per_step": 4, "group_size": 2, "max_new_tokens": 12},
+            "eval": {"tasks": 2, "k": 1},
+            "min_start_reward": 0.0,
+            "steps": 3,
+            "engine": {"max_concurrency": 4},  # episodes queue: some are still waiting when a round ends
+            "pipeline": {
+                "mode": "async",
+                "backend": "local",
+                "consumption": "tail",
+                "overprovision": 1.5,
+                "engine_chunk_steps": 1,
+            },  # fmt: skip
+        }
+    )
+    c = build(cfg, RunDir.create(str(tmp_path), "tail_mt"))
+    rows: list[dict] = []
+    pipe = Pipeline(c, LocalBackend(), on_step=lambda step, m: rows.append(m))
+    pipe.run()
+    assert [r["tail_long_round"] for r in rows] == [0.0, 0.0, 1.0]
+    assert pipe.abandoned == 2 * (6 * 3 - 4 * 2)  # each short round: 6 prompts x 3 launched, 4 x 2 kept
+    buffered = {r.id for g in pipe.groups.values() for r in g.requests}
+    assert sum(worker.engine.runner.discarded for worker in pipe.engines) > 0
+    for worker in pipe.engines:
+        runner = worker.engine.runner
+        assert set(runner._active) <= buffered  # every abandoned episode is gone, none suspended
+        runner.close()
+        assert all(f.done() for f in runner._closing)

@@ -119,7 +119,12 @@ class EngineWorker(Inspectable):
         return finished
 
     def abort(self, request_ids: Sequence[str]) -> list[Sample]:
-        """Cut these requests where they are still waiting or running; returns their partial samples."""
+        """Abandon these requests where they are still waiting or running (tail batching's spares and
+        dropped groups); returns their partial samples. An episode is discarded, not suspended: nothing
+        of it would ever resume it."""
+        discard = getattr(self.engine, "discard", None)
+        if discard is not None:
+            return [s for s in map(discard, request_ids) if s is not None]
         held = set(self.engine.waiting_ids + self.engine.running_ids)
         return [self.engine.abort(i) for i in request_ids if i in held]
 

@@ -186,9 +186,17 @@ class Pipeline:
                     del g.done[i]
                     g.dropped.append(i)
                     self.dropped.append(smp.request_id)
-            if len(g.requests) - len(g.dropped) < 2:  # no group baseline left: the group is spent
+            if g.needed - len(g.dropped) < 2:  # fewer than two left to train (`trim`): no group baseline
                 self.dropped += [smp.request_id for smp in g.done.values()]
                 del self.groups[g.id]
+                # its spares (tail batching: complete before all its requests finished) are let go
+                spares = [
+                    r.id
+                    for r in g.requests
+                    if r.sample_index not in g.done and r.sample_index not in g.dropped
+                ]
+                self.abandoned += len(spares)
+                self.fleet.abort([i for i in spares if i in self.fleet.in_engine])
 
     def _launch_update(self) -> bool:
         """Send the next update to the learner if its batch is ready."""

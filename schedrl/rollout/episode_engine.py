@@ -6,7 +6,8 @@ each a finished sample with its environment's reward, its ledger and the mask of
 tokens. `abort` suspends an episode: its model turn leaves the engine with what it generated and
 its environment's answer waits; the sample it returns is empty, so the pipeline sends the original
 request again, and `add` of a suspended episode's id resumes it exactly where it was cut (the cut
-turn from its tokens, the same seeds). A turn boundary is therefore no different from any other
+turn from its tokens, the same seeds). `discard` ends an episode for good instead (tail batching's
+spares and dropped groups): its environment closes and nothing of it comes back. A turn boundary is therefore no different from any other
 point for a weight update: every token carries the version that sampled it.
 
 An episode cut by a checkpoint resumes in the same process; one that was in flight when the process
@@ -66,6 +67,15 @@ class EpisodeEngine:
 
     def abort(self, request_id: str) -> Sample:
         ep = self.runner.suspend(request_id)
+        r = ep.request
+        return Sample(r.id, r.prompt_ids, (), (), (), "aborted", r.params, **_ids(r))
+
+    def discard(self, request_id: str) -> Sample | None:
+        """End the episode for good, suspended or not (`EpisodeRunner.discard`): nothing of it resumes or
+        comes back. Its empty aborted sample; None if it is not here (it ended)."""
+        ep = self.runner.discard(request_id)
+        if ep is None:
+            return None
         r = ep.request
         return Sample(r.id, r.prompt_ids, (), (), (), "aborted", r.params, **_ids(r))
 

@@ -129,6 +129,7 @@ class EpisodeRunner:
             )
         self.env_errors = 0
         self.episodes_ended = 0
+        self.discarded = 0  # episodes ended for good without a sample (`discard`)
         if not 0 <= max_error_rate <= 1:
             raise ValueError(f"EpisodeRunner.max_error_rate must be in [0, 1], got {max_error_rate!r}")
         self.max_error_rate, self.min_episodes = max_error_rate, min_episodes
@@ -296,6 +297,29 @@ class EpisodeRunner:
             ep.cut = None
             self.engine.add(turn)
             self._in_engine[turn.id] = ep
+
+    def discard(self, episode_id: str) -> _Episode | None:
+        """End an episode for good, with no sample (tail batching abandons spares so): its model turn leaves
+        the engine, an environment call in flight is let go and its answer dropped, its environment closes.
+        Not counted as ended: it neither scores nor counts towards the environments' error rate."""
+        ep = self._active.pop(episode_id, None)
+        if ep is None:
+            return None
+        ep.done = ep.suspended = True
+        self.discarded += 1
+        if ep.last_turn in self._in_engine:
+            del self._in_engine[ep.last_turn]
+            self.engine.abort(ep.last_turn)
+        elif ep.kept and ep.last_turn is not None and isinstance(self.engine, ParkingEngine):
+            self.engine.evict(ep.last_turn)  # parked on a tool call: its keys and values go
+        for f in [f for f, p in self._waiting.items() if p.ep is ep]:
+            del self._waiting[f]
+            f.cancel()
+        try:
+            self._closing.append(self._submit(ep.env.close()))
+        except Exception as err:  # a close that cannot even start
+            self._env_error(ep, "close", err)
+        return ep
 
     def is_suspended(self, episode_id: str) -> bool:
         ep = self._active.get(episode_id)
