@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -435,6 +436,27 @@ def test_calibration_recovers_the_costs_a_run_was_made_with(tmp_path):
     other = variant_of(fake_run(tmp_path / "k2", mode="async"))
     assert other["set"]["schedule.mode"] == "async" and other["set"]["schedule.max_staleness"] == 2
     assert other["set"]["cluster.placement"] == "disaggregated"
+
+
+def test_calibrated_lengths_draw_a_step_s_longest_response_as_long_as_the_run_s():
+    """A step of 16 correlated groups rarely draws the top of a sketch whose largest value is the mean
+    longest response, so the sketch's tail is fit: simulated steps then have the run's longest response
+    (the logged quantiles of a `longtail` run)."""
+    from schedrl.sim.calibrate import length_model, length_sketch
+    from schedrl.sim.lengths import LengthDist
+
+    rows = [{"len_p10": 1, "len_p50": 3, "len_p90": 18, "len_max": m, "completion_len_mean": 7.0,
+             "len_group_icc": 0.94} for m in (35, 43, 37, 41)]  # fmt: skip
+
+    def longest(values) -> float:
+        d = LengthDist("empirical", values=tuple(values), rho=math.sqrt(0.94), cap=50)
+        x = d.sample(np.random.default_rng(7), 400 * 16, 8).reshape(400, -1)
+        return float(x.max(axis=1).mean())
+
+    assert longest(length_sketch(rows)) < 0.85 * 39  # the mean longest response as the sketch's top
+    model = length_model(rows, cap=50, groups=16, group_size=8)
+    assert longest(model["values"]) == pytest.approx(39, rel=0.05)
+    assert max(model["values"]) <= 43 and np.mean(model["values"]) == pytest.approx(7.0, abs=0.1)
 
 
 def test_calibration_names_the_run_and_what_it_lacks(tmp_path):

@@ -335,7 +335,7 @@ class ClusterSim:
                     del g.done[i]
                     g.dropped.append(i)
                     self.dropped += 1
-            if len(g.requests) - len(g.dropped) < 2:
+            if g.needed - len(g.dropped) < 2:  # fewer than two left to train: spent, as the pipeline's
                 self.dropped += len(g.done)
                 del self.groups[g.id]
 
