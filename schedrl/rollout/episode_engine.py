@@ -7,8 +7,9 @@ tokens. `abort` suspends an episode: its model turn leaves the engine with what 
 its environment's answer waits; the sample it returns is empty, so the pipeline sends the original
 request again, and `add` of a suspended episode's id resumes it exactly where it was cut (the cut
 turn from its tokens, the same seeds). `discard` ends an episode for good instead (tail batching's
-spares and dropped groups): its environment closes and nothing of it comes back. A turn boundary is therefore no different from any other
-point for a weight update: every token carries the version that sampled it.
+spares and dropped groups): its environment closes and nothing of it comes back. A turn boundary is
+therefore no different from any other point for a weight update: every token carries the version
+that sampled it.
 
 An episode cut by a checkpoint resumes in the same process; one that was in flight when the process
 died starts again from its reset after the restart (an environment's state, a tool's session, does
