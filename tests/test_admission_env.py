@@ -81,14 +81,19 @@ def test_measured_steps_of_the_real_engine_calibrate_a_cost_model(model, tokeniz
     from schedrl.engine import EngineConfig, HFEngine
     from schedrl.types import Request, SamplingParams
 
-    engine = HFEngine(model, tokenizer, EngineConfig(max_concurrency=4))
-    reqs = [
-        Request(f"r{i}", (5, 6, 7 + i % 5), SamplingParams(3 + i % 7, temperature=0, ignore_eos=True))
-        for i in range(24)
-    ]
-    records = measure_steps(engine, reqs)
+    engine = HFEngine(model, tokenizer, EngineConfig(max_concurrency=8))
+    records, expected_rows = [], 0
+    # batches of 1 to 8 requests, each run alone: the steps' running rows vary, so the fixed cost of a step
+    # and the cost of a row are told apart (at one batch size they are one column, and noise splits them)
+    for k, size in enumerate((1, 2, 4, 8) * 2):
+        reqs = [
+            Request(f"r{k}-{i}", (5, 6, 7 + i % 5), SamplingParams(3 + i % 7, temperature=0, ignore_eos=True))
+            for i in range(size)
+        ]
+        records += measure_steps(engine, reqs)
+        expected_rows += sum(3 + i % 7 - 1 for i in range(size))  # the first token comes from the prefill
     assert len(records) == engine.num_steps and all(t > 0 for _, t in records)
-    assert sum(s.decode_rows for s, _ in records) + len(reqs) == sum(3 + i % 7 for i in range(24))
+    assert sum(s.decode_rows for s, _ in records) == expected_rows
     fit = StepCost.fit(records)
     assert fit.base > 0 and all(np.isfinite([fit.per_row, fit.per_prefill, fit.per_context]))
 
