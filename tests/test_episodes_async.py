@@ -41,13 +41,18 @@ def _episodes(model, tokenizer, policy, park_slots=0):
     return eng, reqs
 
 
-@pytest.mark.parametrize("policy", [Release(), Pin(prior_wait_s=5.0)], ids=["release", "pin"])
-def test_episodes_cut_at_any_step_resume_exactly(model, tokenizer, policy):
+def _uncut(model, tokenizer, policy) -> dict:
+    """The episodes' samples, by request id, run to their end with nothing cut or discarded."""
     plain, reqs = _episodes(model, tokenizer, policy, park_slots=3)
     try:
-        ref = {s.request_id: s for s in plain.generate(reqs)}
+        return {s.request_id: s for s in plain.generate(reqs)}
     finally:
         plain.runner.close()
+
+
+@pytest.mark.parametrize("policy", [Release(), Pin(prior_wait_s=5.0)], ids=["release", "pin"])
+def test_episodes_cut_at_any_step_resume_exactly(model, tokenizer, policy):
+    ref = _uncut(model, tokenizer, policy)
     cut, reqs = _episodes(model, tokenizer, policy, park_slots=3)
     try:
         for r in reqs:
@@ -82,11 +87,7 @@ def test_discarded_episodes_end_for_good_and_the_rest_run_as_alone(model, tokeni
     the engine and one waiting on its environment end with no sample, their environments close, the
     engine keeps nothing of theirs (a pinned one's parked cache goes), and the others finish as in a run
     without them."""
-    plain, reqs = _episodes(model, tokenizer, policy, park_slots=3)
-    try:
-        ref = {s.request_id: s for s in plain.generate(reqs)}
-    finally:
-        plain.runner.close()
+    ref = _uncut(model, tokenizer, policy)
     eng, reqs = _episodes(model, tokenizer, policy, park_slots=3)
     closed: list[str] = []
     make = eng.runner.make_env

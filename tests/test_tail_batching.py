@@ -202,7 +202,7 @@ def test_multi_turn_episodes_are_discarded_with_their_environments(tmp_path):
                 "env_args": {"max_guesses": 3},
                 "max_turns": 3,
                 "max_observation_tokens": 4,
-            },  # fmt: skip
+            },
             "sft": {"steps": 10},
             "sampling": {"prompts_per_step": 4, "group_size": 2, "max_new_tokens": 12},
             "eval": {"tasks": 2, "k": 1},
@@ -215,7 +215,7 @@ def test_multi_turn_episodes_are_discarded_with_their_environments(tmp_path):
                 "consumption": "tail",
                 "overprovision": 1.5,
                 "engine_chunk_steps": 1,
-            },  # fmt: skip
+            },
         }
     )
     c = build(cfg, RunDir.create(str(tmp_path), "tail_mt"))
