@@ -55,6 +55,21 @@ def test_the_memory_term_grows_with_context_exactly():
     assert big.step_s(64, 0) == pytest.approx(0.064) and big.step_s(1, 0) == pytest.approx(0.001)
 
 
+def test_padded_attention_reaches_as_far_as_the_oldest_running_request():
+    """The built-in engine pads a decode step's attention to its longest running request: b rows x the
+    keys of the longest. A resumed request (20 tokens already made) sets that length for the fresh one
+    beside it, and once it finishes the fresh one's own context does."""
+    e = SimEngine(0, EngineCost(overhead_s=0.0, padded_key_s=1.0, max_batch=4))
+    resumed = Job("resumed", None, 0, 1, 22, 22.0, generated=20)
+    e.submit([resumed, *jobs([4], prompt=1)])
+    end, done = run_engine(e)
+    # steps 0-1: 2 rows x (the resumed one's 21 context tokens + i + its new one); steps 2-3: j0 alone,
+    # 1 row x (1 + i + 1)
+    assert done == [("resumed", 2 * 22 + 2 * 23), ("j0", 2 * 22 + 2 * 23 + 4 + 5)]
+    assert end == 99.0
+    assert EngineCost(padded_key_s=0.0, overhead_s=0.0).step_s(8, 100, longest=50) == 0.0
+
+
 def test_advancing_to_a_time_between_finishes_keeps_the_fluid_exact():
     cost = EngineCost(overhead_s=1.0, max_batch=4)
     a, b = SimEngine(0, cost), SimEngine(1, cost)
@@ -373,11 +388,16 @@ def test_the_verl_scenario_reproduces_the_direction_of_the_claim():
         assert rows[fast] < rows[sync], rows
 
 
-def fake_run(root, mode="sync", rows=12, base=0.002, per_row=1e-4, fixed=0.01, per_token=2e-5, **pipeline):
-    """A run directory whose metrics follow known costs exactly (gen_s = base x L + per_row x G ...)."""
+def fake_run(
+    root, mode="sync", rows=12, base=0.002, per_row=1e-4, fixed=0.01, per_token=2e-5, padded=0.0, **pipeline
+):
+    """A run directory whose metrics follow known costs exactly (gen_s = base x L + per_row x G +
+    padded x K, K the keys its decode steps attend padded to the longest request ...)."""
     import json
 
     import yaml
+
+    from schedrl.sim.calibrate import padded_keys
 
     root.mkdir(parents=True)
     cfg = {
@@ -392,13 +412,15 @@ def fake_run(root, mode="sync", rows=12, base=0.002, per_row=1e-4, fixed=0.01, p
     rng = np.random.default_rng(1)
     lines = []
     for step in range(1, rows + 1):
-        g, lmax = int(rng.integers(40, 200)), int(rng.integers(10, 50))
+        g, lmax, sq = int(rng.integers(40, 200)), int(rng.integers(10, 50)), float(rng.uniform(40, 300))
+        keys = padded_keys({"gen_tokens": g, "completion_len_mean": 6.0, "len_sq_mean": sq})
         lines.append(
             {
                 "step": step,
                 "gen_tokens": g,
                 "len_max": lmax,
-                "gen_s": base * lmax + per_row * g,
+                "len_sq_mean": sq,
+                "gen_s": base * lmax + per_row * g + padded * keys,
                 "train_s": fixed + per_token * (g + 8),
                 "step_s": 0.1,
                 "len_p10": 1,
@@ -433,9 +455,30 @@ def test_calibration_recovers_the_costs_a_run_was_made_with(tmp_path):
     )
     r = simulate(s)
     assert r.step_s[-1] == pytest.approx(0.25 + 10 * 0.002 + 80 * 1e-4 + 0.01 + 2e-5 * 88)
+    assert data["engine"]["padded_key_s"] == pytest.approx(0.0, abs=1e-12)
+    padded = calibrate(fake_run(tmp_path / "padded", padded=3e-6))["engine"]
+    assert padded["padded_key_s"] == pytest.approx(3e-6) and padded["overhead_s"] == pytest.approx(0.002)
+    assert padded["compute_token_s"] == pytest.approx(1e-4)
     other = variant_of(fake_run(tmp_path / "k2", mode="async"))
     assert other["set"]["schedule.mode"] == "async" and other["set"]["schedule.max_staleness"] == 2
     assert other["set"]["cluster.placement"] == "disaggregated"
+
+
+def test_a_synchronous_step_s_padded_keys_from_its_length_moments_are_the_simulator_s_count():
+    """The calibration counts a synchronous step's padded keys from the logged mean and mean squared
+    length; the simulated engine, running that step's requests together (one-token prompts), counts
+    the same keys step by step."""
+    from schedrl.sim.calibrate import padded_keys
+
+    lengths = np.array([1, 3, 3, 7, 12, 40])
+    e = SimEngine(0, EngineCost(overhead_s=0.0, padded_key_s=1.0, max_batch=8))
+    e.submit(jobs(lengths.tolist(), prompt=1))
+    row = {
+        "gen_tokens": lengths.sum(),
+        "completion_len_mean": lengths.mean(),
+        "len_sq_mean": (lengths**2).mean(),
+    }
+    assert run_engine(e)[0] == pytest.approx(padded_keys(row))
 
 
 def test_calibrated_lengths_draw_a_step_s_longest_response_as_long_as_the_run_s():

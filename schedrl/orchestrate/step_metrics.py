@@ -75,6 +75,8 @@ def rollout_metrics(
         "len_p50": q[1],
         "len_p90": q[2],
         "len_max": float(lengths.max()) if len(lengths) else 0.0,
+        # a step's attention work grows with it: the simulator's calibration reads it
+        "len_sq_mean": float((lengths**2).mean()) if len(lengths) else 0.0,
         "queue_s_mean": float(queue.mean()) if len(queue) else 0.0,
     }
 

@@ -5,9 +5,15 @@ engine's concurrency and the schedule. From `metrics.jsonl`, per RL step after t
 warm-up): the generated tokens G, the longest response L, the generation and training seconds.
 
 - Engine (from a synchronous run, where `gen_s` is one step's generation): every request of a step
-  fits in the running batch, so generation takes L decode steps over G rows in all, and
-  `gen_s = base x L + per_row x G` is fit by non-negative least squares; the scenario's engine is
-  `overhead_s = base`, `compute_token_s = per_row`, `combine: sum` (a CPU overlaps nothing).
+  fits in the running batch, so generation takes L decode steps over G rows in all; the built-in
+  engine pads each decode step's attention to the longest running request, which in a step whose
+  requests all start together attends K = sum over samples of l (l - 1) / 2 + 2 l keys (l its
+  length; the simulated prompt is one token), from the logged `len_sq_mean`. `gen_s = base x L +
+  per_row x G + padded x K` is fit by non-negative least squares; the scenario's engine is
+  `overhead_s = base`, `compute_token_s = per_row`, `padded_key_s = padded`, `combine: sum` (a CPU
+  overlaps nothing). The padded term is what carries the cost over to schedules that keep the batch
+  full of requests of every age (partial rollouts: each step attends as far as its oldest request).
+  A run that predates `len_sq_mean` gets the first two terms.
 - Learner: `train_s = fixed + (G + N) / tokens_per_s` by the same fit, on one device (N samples of
   one prompt token each: prompt costs sit in the fitted terms).
 - Interference (optional, from an asynchronous run on the same host): its engine's busy seconds per
@@ -175,6 +181,16 @@ def length_sketch(rows: list[dict], points: int = 400, top_u: float = 1.0) -> li
     return [max(1, int(round(x))) for x in sketch(float(np.exp((a + b) / 2)))]
 
 
+def padded_keys(row: dict) -> float:
+    """Keys a synchronous step's decode steps attend, padded to the longest running request: at decode
+    step t every request still running attends t + 2 keys (a one-token prompt, t tokens, its new one),
+    so a sample of length l contributes l (l - 1) / 2 + 2 l; summed from the step's mean length and
+    mean squared length."""
+    mean = row["completion_len_mean"]
+    n = row["gen_tokens"] / mean if mean > 0 else 0.0
+    return n * (row["len_sq_mean"] - mean) / 2.0 + 2.0 * row["gen_tokens"]
+
+
 def calibrate(run_dir: str | Path, steps: int = 30) -> dict[str, Any]:
     """A scenario mapping with the costs of `run_dir` (a synchronous run) and that run's schedule."""
     cfg, rows, spans = read_run(run_dir)
@@ -192,7 +208,10 @@ def calibrate(run_dir: str | Path, steps: int = 30) -> dict[str, Any]:
         )
     g = np.array([r["gen_tokens"] for r in rows], dtype=float)
     lmax = np.array([r["len_max"] for r in rows], dtype=float)
-    base, per_row = _nonneg_lstsq(np.stack([lmax, g], 1), np.array([r["gen_s"] for r in rows]))
+    terms = [lmax, g]
+    if all("len_sq_mean" in r for r in rows):
+        terms.append(np.array([padded_keys(r) for r in rows]))
+    base, per_row, *padded = _nonneg_lstsq(np.stack(terms, 1), np.array([r["gen_s"] for r in rows]))
     trained = g + n  # the scenario's samples carry one prompt token each
     fixed, per_token = _nonneg_lstsq(
         np.stack([np.ones_like(g), trained], 1), np.array([r["train_s"] for r in rows])
@@ -219,6 +238,7 @@ def calibrate(run_dir: str | Path, steps: int = 30) -> dict[str, Any]:
             "weights_s": 0.0,
             "kv_token_s": 0.0,
             "prefill_token_s": 0.0,
+            "padded_key_s": float(padded[0]) if padded else 0.0,
             "max_batch": e["max_concurrency"],
             "combine": "sum",
         },

@@ -6,7 +6,10 @@ which also prefills `p` new prompt tokens, takes the roofline time
     overhead_s + max(weights_s + kv_token_s x ctx, compute_token_s x b) + prefill_token_s x p
 
 the larger of the memory time (stream the weights once, and every cached key and value) and the
-compute time of its `b` decode tokens, plus the prefill's compute. `EngineCost.from_hardware` derives
+compute time of its `b` decode tokens, plus the prefill's compute. An engine that pads its batched
+decode attention to the longest running request (the built-in engine on a CPU: every row gathers and
+attends `longest` keys) adds `padded_key_s x b x longest`; a paged-attention engine reads each row's
+own keys only, and leaves it 0. `EngineCost.from_hardware` derives
 the coefficients from a model and a GPU (bandwidth, FLOP/s, and the fractions of each achieved);
 with `combine: sum` the two terms add (a CPU, which overlaps neither);
 a scenario may give them directly, or a calibration fits them to a run's timings.
@@ -37,17 +40,20 @@ class EngineCost:
     kv_token_s: float = 0.0  # per cached key/value token read in a step
     compute_token_s: float = 0.0  # per decoded token of the batch
     prefill_token_s: float = 0.0  # per prefilled prompt token
+    padded_key_s: float = 0.0  # per key of a decode step's attention padded to its longest context
     max_batch: int = 256  # running requests per engine
     kv_capacity_tokens: int = 0  # keys/values an engine holds (0: no limit beyond max_batch)
     # how the memory and compute terms combine: "max" (a GPU overlaps them: the roofline) or "sum"
     # (a CPU does not: the additive cost `StepCost` fits on the built-in engine)
     combine: str = "max"
 
-    def step_s(self, batch: int, ctx: float, prefill: float = 0.0) -> float:
+    def step_s(self, batch: int, ctx: float, prefill: float = 0.0, longest: float = 0.0) -> float:
+        """One decode step of `batch` requests holding `ctx` context tokens in all, the longest `longest`."""
         memory = self.weights_s + self.kv_token_s * ctx
         compute = self.compute_token_s * batch
         both = memory + compute if self.combine == "sum" else max(memory, compute)
-        return self.overhead_s + both + self.prefill_token_s * prefill
+        padded = self.padded_key_s * batch * longest
+        return self.overhead_s + both + padded + self.prefill_token_s * prefill
 
     @classmethod
     def from_hardware(

@@ -3,9 +3,9 @@
 Every running request gains one token per decode step, so the engine keeps one counter, `steps`
 (decode steps since it started), and a request admitted at counter c0 with r tokens to go finishes
 at counter c0 + r: a heap of finish counters gives the next finish without touching the others. The
-time of n steps with b running requests is n x `EngineCost.step_s` at the batch's mean context over
-those steps (exact while the memory term is linear in context), plus the prefill of the requests
-admitted before the first of them. Admission runs at every finish: the engine's admission policy
+time of n steps with b running requests is n x `EngineCost.step_s` at the batch's mean context and
+mean longest context over those steps (exact: both terms are linear in context, and the longest
+request runs through them all), plus the prefill of the requests admitted before the first of them. Admission runs at every finish: the engine's admission policy
 (`schedrl.engine.admission`, the real one: FCFS, LPT, SPT with a predictor) picks from the waiting
 requests within `max_batch` and the KV capacity.
 
@@ -86,6 +86,9 @@ class SimEngine:
         self._heap: list[tuple[int, int, str]] = []  # (finish counter, seq, id)
         self._seq = 0
         self._ctx_base = 0  # sum over running of (prompt + generated at admission - counter at admission)
+        # a lazy max-heap of (-(prompt + generated at admission - counter at admission), seq, id): its
+        # top, where still running, is the longest context less the counter
+        self._longest: list[tuple[int, int, str]] = []
         self._prefill = 0  # tokens to prefill in the next step
         self.pause_until = 0.0  # a weight sync holds the engine until then
         self.busy_s = 0.0
@@ -119,6 +122,17 @@ class SimEngine:
     def ctx(self) -> int:
         return self._ctx_base + len(self.running) * self.steps
 
+    @property
+    def longest(self) -> int:
+        """Keys the next decode step's longest running request attends (its context and its new token)."""
+        while self._longest:
+            neg, _, rid = self._longest[0]
+            entry = self.running.get(rid)
+            if entry is not None and entry[0].prompt + entry[0].generated - entry[1] == -neg:
+                return -neg + self.steps + 1
+            heapq.heappop(self._longest)
+        return 0
+
     # ---- the fluid ---------------------------------------------------------------------------------
     def _span(self, kind: str, start: float, end: float) -> None:
         last = self.spans[-1] if self.spans else None
@@ -131,7 +145,8 @@ class SimEngine:
         """Seconds that the next `n` steps take from `start` (default: the clock)."""
         b = len(self.running)
         mean_ctx = self.ctx + b * (n - 1) / 2.0
-        work = n * self.cost.step_s(b, mean_ctx) + self.cost.prefill_token_s * self._prefill
+        longest = self.longest + (n - 1) / 2.0 if self.cost.padded_key_s else 0.0
+        work = n * self.cost.step_s(b, mean_ctx, longest=longest) + self.cost.prefill_token_s * self._prefill
         if self.slow_factor == 1.0 or not self.slow_windows:
             return work
         return self._stretched(self.clock if start is None else start, work)
@@ -254,6 +269,7 @@ class SimEngine:
         finish = self.steps + (job.turn_end - job.generated)
         self.running[job.id] = (job, self.steps, finish)
         self._ctx_base += job.prompt + job.generated - self.steps
+        heapq.heappush(self._longest, (self.steps - job.prompt - job.generated, self._seq, job.id))
         if not (job.cached and self.parked.pop(job.id, None) is not None):  # no parked slot to take back
             job.cached = 0
             self._make_room()
@@ -352,6 +368,7 @@ class SimEngine:
             out.append(job)
         self.running.clear()
         self._heap.clear()
+        self._longest.clear()
         self._ctx_base = 0
         self._prefill = 0
         self.waiting = []

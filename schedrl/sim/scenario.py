@@ -82,6 +82,9 @@ class EngineSection:
     kv_token_s: float | None = None
     compute_token_s: float | None = None
     prefill_token_s: float | None = None
+    # per key of a decode step's attention padded to the batch's longest context (the built-in engine
+    # on a CPU pads; a paged-attention engine does not: 0)
+    padded_key_s: float = 0.0
     kv_capacity_tokens: int | None = None
     combine: Literal["max", "sum"] = "max"  # sum: memory and compute time add (a CPU)
 
@@ -193,6 +196,7 @@ class Scenario:
         given = {k: getattr(e, k) for k in ("weights_s", "kv_token_s", "compute_token_s", "prefill_token_s")}
         given["kv_capacity_tokens"] = e.kv_capacity_tokens
         given["combine"] = e.combine
+        given["padded_key_s"] = e.padded_key_s
         cost = dataclasses.replace(cost, **{k: v for k, v in given.items() if v is not None})
         f = c.engine_interference if c.placement == "disaggregated" and c.interference == "always" else 1.0
         if f != 1.0:
@@ -203,6 +207,7 @@ class Scenario:
                 kv_token_s=cost.kv_token_s * f,
                 compute_token_s=cost.compute_token_s * f,
                 prefill_token_s=cost.prefill_token_s * f,
+                padded_key_s=cost.padded_key_s * f,
             )
         return cost
 
