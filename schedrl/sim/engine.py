@@ -5,9 +5,10 @@ Every running request gains one token per decode step, so the engine keeps one c
 at counter c0 + r: a heap of finish counters gives the next finish without touching the others. The
 time of n steps with b running requests is n x `EngineCost.step_s` at the batch's mean context and
 mean longest context over those steps (exact: both terms are linear in context, and the longest
-request runs through them all), plus the prefill of the requests admitted before the first of them. Admission runs at every finish: the engine's admission policy
-(`schedrl.engine.admission`, the real one: FCFS, LPT, SPT with a predictor) picks from the waiting
-requests within `max_batch` and the KV capacity.
+request runs through them all), plus the prefill of the requests admitted before the first of them.
+Admission runs at every finish: the engine's admission policy (`schedrl.engine.admission`, the real
+one: FCFS, LPT, SPT with a predictor) picks from the waiting requests within `max_batch` and the KV
+capacity.
 
 A `Job` stands in for a `schedrl.types.Request` where policies look (its id, prefill tokens, prefix,
 group, predicted length), so those policies run here unchanged.
