@@ -67,18 +67,13 @@ class EpisodeEngine:
         return [self.runner.sample(ep) for ep in self.runner.advance()]
 
     def abort(self, request_id: str) -> Sample:
-        ep = self.runner.suspend(request_id)
-        r = ep.request
-        return Sample(r.id, r.prompt_ids, (), (), (), "aborted", r.params, **_ids(r))
+        return _aborted(self.runner.suspend(request_id).request)
 
     def discard(self, request_id: str) -> Sample | None:
         """End the episode for good, suspended or not (`EpisodeRunner.discard`): nothing of it resumes or
         comes back. Its empty aborted sample; None if it is not here (it ended)."""
         ep = self.runner.discard(request_id)
-        if ep is None:
-            return None
-        r = ep.request
-        return Sample(r.id, r.prompt_ids, (), (), (), "aborted", r.params, **_ids(r))
+        return None if ep is None else _aborted(ep.request)
 
     def update_weights(
         self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], version: int
@@ -110,6 +105,11 @@ class EpisodeEngine:
     @property
     def num_running(self) -> int:
         return len(self.running_ids)
+
+
+def _aborted(r: Request) -> Sample:
+    """The empty sample an episode leaves when it is cut or discarded."""
+    return Sample(r.id, r.prompt_ids, (), (), (), "aborted", r.params, **_ids(r))
 
 
 def _ids(r: Request | Sample) -> dict:
