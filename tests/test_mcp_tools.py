@@ -117,7 +117,8 @@ def test_tools_through_the_sdks_in_process_client():
 
 def test_a_server_started_inside_the_sandbox_is_confined_and_leaves_nothing_behind(monkeypatch):
     from schedrl.envs.tools.mcp import MCPSession
-    from schedrl.sandbox.sandbox import BASE_DIR, FIRST_UID, unavailable_reason
+    from schedrl.sandbox.sandbox import BASE_DIR, unavailable_reason
+    from schedrl.sandbox.slots import uid_range
 
     if reason := unavailable_reason():
         pytest.skip(reason)
@@ -140,7 +141,9 @@ def test_a_server_started_inside_the_sandbox_is_confined_and_leaves_nothing_behi
         try:
             added = await session.call("add", {"a": 40, "b": 2})
             probe = json.loads(await session.call("probe", {"port": port}))
-            (run_dir,) = [p for p in BASE_DIR.iterdir() if p.name.startswith(f"run-{probe['uid']}-")]
+            (run_dir,) = [
+                p for p in (BASE_DIR / "runs").iterdir() if p.name.startswith(f"run-{probe['uid']}-")
+            ]
             return added, probe, run_dir
         finally:
             await session.close()
@@ -150,7 +153,7 @@ def test_a_server_started_inside_the_sandbox_is_confined_and_leaves_nothing_behi
     finally:
         listener.close()
     assert added == "42"
-    assert probe["uid"] >= FIRST_UID and not probe["connected"]  # its own uid, no network
+    assert probe["uid"] in uid_range() and not probe["connected"]  # its own uid, no network
     assert "GREETING" in probe["env"] and "SCHEDRL_TEST_SECRET" not in probe["env"]
     pgrep = subprocess.run(["pgrep", "-U", str(probe["uid"])], capture_output=True)
     assert pgrep.returncode == 1, "a server process survived the session"

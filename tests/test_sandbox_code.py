@@ -9,12 +9,11 @@ import pytest
 from schedrl.envs import make_env, make_task
 from schedrl.envs.tools import make_tool
 from schedrl.sandbox import Limits, SandboxPool
-from schedrl.sandbox.sandbox import unavailable_reason
 from schedrl.sandbox.tools import python
 from schedrl.sandbox.unit_tests import SandboxError, run_tests
+from tests.sandbox_support import needs_sandbox
 
-REASON = unavailable_reason()
-pytestmark = pytest.mark.skipif(bool(REASON), reason=REASON)
+pytestmark = needs_sandbox
 
 
 def test_unit_test_scores_all_or_nothing_and_partial():

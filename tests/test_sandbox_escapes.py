@@ -1,7 +1,8 @@
-"""The escape suite: every attack is blocked and leaves nothing behind (no process, file or mount).
+"""The escape suite: every attack is blocked and leaves nothing behind (no process, file, cgroup or mount).
 
-It needs root (namespaces, a uid switch); `Sandbox` refuses to run without it, and these tests are
-skipped there with that reason.
+It needs root (namespaces, cgroups, a uid switch), bubblewrap, keyutils and libseccomp; `Sandbox`
+refuses to run without them, and these tests are skipped there with that reason. The attacks of
+`test_sandbox_attacks.py` follow the issue that found them; these are the suite's first ones.
 """
 
 from __future__ import annotations
@@ -19,30 +20,19 @@ from pathlib import Path
 import pytest
 
 from schedrl.sandbox import Limits, Sandbox, SandboxPool
-from schedrl.sandbox.sandbox import BASE_DIR, unavailable_reason
+from schedrl.sandbox.sandbox import BASE_DIR
+from tests.sandbox_support import assert_nothing_left, mounts, needs_sandbox
 
-REASON = unavailable_reason()
-pytestmark = pytest.mark.skipif(bool(REASON), reason=REASON)
-
-
-def _mounts() -> list[str]:
-    return sorted(
-        line.split(" - ")[0].split(" ", 4)[4]
-        for line in Path("/proc/self/mountinfo").read_text().splitlines()
-    )
+pytestmark = needs_sandbox
 
 
 @pytest.fixture
 def box():
-    before = _mounts()
+    before = mounts()
     b = Sandbox(slot=41)
     yield b
-    # nothing left behind: no process of its uid, no working directory, no mount
-    assert subprocess.run(["pgrep", "-U", str(b.uid)], capture_output=True).returncode == 1, (
-        "a process survived"
-    )
-    assert not [p for p in BASE_DIR.iterdir() if p.name.startswith(f"run-{b.uid}-")], "a directory survived"
-    assert _mounts() == before, "a mount survived"
+    assert_nothing_left(b.uid, before)
+    b.close()
 
 
 def test_a_plain_run_returns_output_exit_code_and_time(box):
@@ -151,7 +141,9 @@ def test_secrets_of_the_host_stay_out_of_reach(box, monkeypatch):
     assert "hunter2" not in r.stdout and "SCHEDRL_SECRET" not in r.stdout
     lines = r.stdout.splitlines()
     assert (
-        set(eval(lines[0])) <= {"PATH", "LC_CTYPE"} and "/root blocked" in lines and lines[-1] == "False"
+        set(eval(lines[0])) <= {"PATH", "LC_CTYPE", "PWD"}
+        and "/root blocked" in lines
+        and lines[-1] == "False"
     )  # host pids invisible
     assert all(line.endswith(("False", "blocked")) for line in lines[1:4])
 
@@ -195,9 +187,11 @@ def test_two_parallel_sandboxes_cannot_read_each_other(box):
     holder.start()
     try:
         deadline = time.time() + 5
-        while time.time() < deadline and not list(BASE_DIR.glob(f"run-{other.uid}-*/secret.txt")):
+        while time.time() < deadline and not list(
+            (BASE_DIR / "runs").glob(f"run-{other.uid}-*/work/secret.txt")
+        ):
             time.sleep(0.05)
-        (secret,) = BASE_DIR.glob(f"run-{other.uid}-*/secret.txt")
+        (secret,) = (BASE_DIR / "runs").glob(f"run-{other.uid}-*/work/secret.txt")
         code = (
             "import os\n"
             f"for path in [{str(secret)!r}, {str(secret.parent)!r}, {str(BASE_DIR)!r}]:\n"
@@ -209,19 +203,22 @@ def test_two_parallel_sandboxes_cannot_read_each_other(box):
         r = box.run(code=code)
     finally:
         holder.join()
+        other.close()
     assert r.stdout.splitlines() == ["blocked", "blocked", "blocked"]
 
 
-def test_a_setuid_binary_runs_as_the_sandbox_uid(box):
-    suid = Path("/run/schedrl-test-suid-id")
+def test_a_setuid_binary_runs_as_the_sandbox_uid(tmp_path):
+    suid = tmp_path / "id"
     shutil.copy("/usr/bin/id", suid)
     os.chown(suid, 0, 0)
     os.chmod(suid, 0o4755)
+    os.chmod(tmp_path, 0o755)
+    box = Sandbox(slot=45, expose=[str(tmp_path)])
     try:
         r = box.run(argv=[str(suid), "-u"])
     finally:
-        suid.unlink()
-    assert r.stdout.strip() == str(box.uid)  # no_new_privs: the setuid bit gives nothing
+        box.close()
+    assert r.stdout.strip() == str(box.uid)  # no_new_privs and nosuid: the setuid bit gives nothing
 
 
 def test_ptrace_or_kill_of_a_host_process(box):
@@ -265,8 +262,17 @@ def test_bad_arguments_are_refused():
         box.run()
     with pytest.raises(ValueError, match="file '../x' is outside the working directory"):
         box.run(code="pass", files={"../x": "y"})
+    with pytest.raises(ValueError, match="collect takes plain file names, got '../x'"):
+        box.run(code="pass", collect=["../x"])
     with pytest.raises(ValueError, match="Limits.wall_s must be > 0"):
         Limits(wall_s=0)
+    with pytest.raises(ValueError, match="Limits.inodes must be > 0, got -1"):
+        Limits(inodes=-1)
+    with pytest.raises(ValueError, match="'/proc/self' cannot be exposed"):
+        Sandbox(slot=44, expose=["/proc/self"])
+    with pytest.raises(ValueError, match="Sandbox.devices: '/etc/passwd' is not a device"):
+        Sandbox(slot=44, devices=["/etc/passwd"])
+    box.close()
 
 
 def test_no_two_sandboxes_share_a_uid_across_processes():
@@ -292,19 +298,33 @@ def test_no_two_sandboxes_share_a_uid_across_processes():
     assert again.uid == held.uid
 
 
-def test_this_interpreter_runs_inside_with_its_packages_and_nothing_else_of_the_hidden_directory():
-    box = Sandbox(python=sys.executable)
+def test_this_interpreter_runs_inside_with_its_packages_and_not_the_checkout_around_them():
+    import schedrl
+
+    checkout = Path(schedrl.__file__).resolve().parents[1]
+    secret = checkout / f".env.schedrl-test-{os.getpid()}"  # a .env beside the trainer's script
+    secret.write_text("TOKEN=hunter2\n")
+    box = Sandbox(slot=46, python=sys.executable)
     code = (
         "import json, os, sys, schedrl\n"
-        f"print(json.dumps([os.getuid(), schedrl.__name__, {{d: sorted(os.listdir(d)) for d in {list(box.exposed.hidden)!r}}}]))\n"
+        "def peek(path):\n"
+        "    try:\n"
+        "        return open(path).read()\n"
+        "    except OSError as e:\n"
+        "        return type(e).__name__\n"
+        f"print(json.dumps([os.getuid(), schedrl.__name__, sorted(os.listdir({str(checkout)!r})), peek({str(secret)!r})]))\n"
     )
-    r = box.run(code=code)
+    try:
+        r = box.run(code=code)
+        written = box.run(code="import sys\nopen(sys.prefix + '/x', 'w')")
+    finally:
+        secret.unlink()
+        box.close()
     assert r.ok, r.stderr
-    uid, name, listings = json.loads(r.stdout)
-    assert (uid, name) == (box.uid, "schedrl")
-    for hidden, listing in listings.items():
-        # only the first component of each path exposed under it shows in the hidden directory
-        shown = {p[len(hidden) + 1 :].split("/")[0] for p in box.exposed.binds if p.startswith(hidden + "/")}
-        assert listing == sorted(shown)
-    r = box.run(code="import sys\nopen(sys.prefix + '/x', 'w')")
-    assert not r.ok and "Error" in r.stderr  # exposed read-only
+    uid, name, listing, peeked = json.loads(r.stdout)
+    assert (uid, name, peeked) == (box.uid, "schedrl", "FileNotFoundError")
+    # only what the interpreter needs shows in the checkout: schedrl's source, and the virtual environment
+    # where it lives inside it
+    inside = {Path(sys.prefix).resolve()} if checkout in Path(sys.prefix).resolve().parents else set()
+    assert set(listing) == {"schedrl", *(p.relative_to(checkout).parts[0] for p in inside)}
+    assert not written.ok and "Error" in written.stderr  # exposed read-only

@@ -11,7 +11,8 @@ import asyncio
 import queue
 from collections.abc import Mapping, Sequence
 
-from schedrl.sandbox.sandbox import Limits, Sandbox, SandboxResult
+from schedrl.sandbox.limits import Limits, SandboxResult
+from schedrl.sandbox.sandbox import Sandbox
 
 
 class SandboxPool:
@@ -30,11 +31,12 @@ class SandboxPool:
         argv: Sequence[str] | None = None,
         files: Mapping[str, str | bytes] | None = None,
         limits: Limits | None = None,
+        collect: Sequence[str] = (),
     ) -> SandboxResult:
         box = self._free.get()  # waits for a slot
         try:
             self.runs += 1
-            return box.run(code=code, argv=argv, files=files, limits=limits or self.limits)
+            return box.run(code=code, argv=argv, files=files, limits=limits or self.limits, collect=collect)
         finally:
             self._free.put(box)
 
@@ -44,5 +46,6 @@ class SandboxPool:
         argv: Sequence[str] | None = None,
         files: Mapping[str, str | bytes] | None = None,
         limits: Limits | None = None,
+        collect: Sequence[str] = (),
     ) -> SandboxResult:
-        return await asyncio.to_thread(self.run_sync, code, argv, files, limits)
+        return await asyncio.to_thread(self.run_sync, code, argv, files, limits, collect)

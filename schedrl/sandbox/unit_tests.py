@@ -2,10 +2,17 @@
 
     score = run_tests("def f(x):\n    return 3*x+1", ["f(0) == 1", "f(2) == 7"], partial=True)
 
-The program is the solution followed by one guarded check per test; it prints how many passed. A
-solution that crashes, hangs past its limits or prints nothing scores through `SandboxError`, which
-the run's `RewardScorer` counts as a reward error (0, and the run stops above its error rate):
-a hung test never hangs the step.
+A grader the program cannot talk to (`checks.py`): each test is split into probes (``f(2)``) and a
+verdict the host reaches (``== 7``). Only the solution and the probes enter the sandbox; a harness
+there runs the solution, evaluates each probe and writes the `repr` of each value to a file the host
+reads back as plain data, and the host compares. Printing a pass line, patching builtins or the
+harness, or reading the files of the run cannot pass a test: the only way is to report the right
+value, and the right values are never in the sandbox. Out of memory is the kernel's verdict.
+
+A solution that fails to parse or raises scores 0 (its probes fail). A run that times out, runs out
+of memory, or ends without reporting (`os._exit`) raises `SandboxError`, which the run's
+`RewardScorer` counts as a reward error (0, and the run stops above its error rate): a hung test
+never hangs the step.
 """
 
 from __future__ import annotations
@@ -13,15 +20,39 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from schedrl.sandbox.checks import ProbeError, compile_checks, judge, read_value
+from schedrl.sandbox.limits import Limits
 from schedrl.sandbox.pool import SandboxPool
-from schedrl.sandbox.sandbox import Limits
 
 _POOL: SandboxPool | None = None
-MARK = "__schedrl_tests__"
+RESULTS = "probes.out.json"
+HARNESS = f"""\
+import json
+with open("probes.json") as f:
+    probes = json.load(f)
+scope = {{"__name__": "__main__", "__builtins__": __builtins__}}
+failed = None
+try:
+    with open("solution.py") as f:
+        exec(compile(f.read(), "solution.py", "exec"), scope)
+except BaseException as e:
+    failed = type(e).__name__
+out = []
+for probe in probes:
+    if failed is not None:
+        out.append(["error", failed])
+        continue
+    try:
+        out.append(["value", repr(eval(probe, scope))])
+    except BaseException as e:
+        out.append(["error", type(e).__name__])
+with open({RESULTS!r}, "w") as f:
+    json.dump(out, f)
+"""
 
 
 class SandboxError(RuntimeError):
-    """The sandboxed program timed out, ran out of memory, or did not report its tests."""
+    """The sandboxed program timed out, ran out of memory, or did not report its probes."""
 
 
 def default_pool() -> SandboxPool:
@@ -32,36 +63,47 @@ def default_pool() -> SandboxPool:
     return _POOL
 
 
-def test_program(solution: str, tests: Sequence[str]) -> str:
-    checks = json.dumps(list(tests))
-    return (
-        f"{solution}\n\n"
-        "def __schedrl_run(checks):\n"
-        "    passed = 0\n"
-        "    for check in checks:\n"
-        "        try:\n"
-        "            passed += bool(eval(check))\n"
-        "        except Exception:\n"
-        "            pass\n"
-        f"    print({MARK!r}, passed, len(checks))\n"
-        f"__schedrl_run({checks})\n"
-    )
+def read_report(data: bytes | None, count: int) -> list:
+    """The probes' values from the harness's file; [] when it is absent or not a report of `count`."""
+    if data is None:
+        return []
+    try:
+        records = json.loads(data)
+    except (ValueError, RecursionError):
+        return []
+    if not isinstance(records, list) or len(records) != count:
+        return []
+    values = []
+    for rec in records:
+        if not (
+            isinstance(rec, list)
+            and len(rec) == 2
+            and rec[0] in ("value", "error")
+            and isinstance(rec[1], str)
+        ):
+            return []
+        values.append(read_value(rec[1]) if rec[0] == "value" else ProbeError(rec[1]))
+    return values
 
 
 def run_tests(
     solution: str, tests: Sequence[str], partial: bool = False, pool: SandboxPool | None = None
 ) -> float:
     """1.0 when every test passes (or the fraction passed, `partial`); raises `SandboxError` when the
-    program does not get to report (a syntax error before the checks scores 0 without raising)."""
+    run does not get to report."""
     if not tests:
         raise ValueError("run_tests: no tests given")
-    result = (pool or default_pool()).run_sync(code=test_program(solution, tests))
+    checks, probes = compile_checks(tests)
+    pool = pool or default_pool()
+    result = pool.run_sync(
+        code=HARNESS,
+        files={"solution.py": solution, "probes.json": json.dumps(probes)},
+        collect=[RESULTS],
+    )
     if result.timed_out or result.oom:
         raise SandboxError(f"tests {'timed out' if result.timed_out else 'ran out of memory'}")
-    for line in reversed(result.stdout.splitlines()):
-        if line.startswith(MARK):
-            passed, total = map(int, line.split()[1:3])
-            return passed / total if partial else float(passed == total)
-    if "SyntaxError" in result.stderr or "IndentationError" in result.stderr:
-        return 0.0  # the model's code does not parse: a wrong answer, not a failure of the sandbox
-    raise SandboxError(f"the tests did not report (exit {result.exit_code}): {result.stderr[-300:]}")
+    values = read_report(result.files.get(RESULTS), len(probes))
+    if not values:
+        raise SandboxError(f"the tests did not report (exit {result.exit_code}): {result.stderr[-300:]}")
+    passed = sum(judge(c, values) for c in checks)
+    return passed / len(checks) if partial else float(passed == len(checks))
