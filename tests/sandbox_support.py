@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from pathlib import Path
 
 import pytest
 
-from schedrl.sandbox.sandbox import BASE_DIR, unavailable_reason
+from schedrl.sandbox import cgroups
+from schedrl.sandbox.sandbox import BASE_DIR, live_processes, unavailable_reason
 
 REASON = unavailable_reason()
 needs_sandbox = pytest.mark.skipif(bool(REASON), reason=REASON)
@@ -23,15 +23,12 @@ def mounts() -> list[str]:
 
 def assert_nothing_left(uid: int, before: list[str]) -> None:
     """No process of the uid, no run directory or cgroup of it, and no mount that was not there before."""
-    assert subprocess.run(["pgrep", "-U", str(uid)], capture_output=True).returncode == 1, (
-        "a process survived"
-    )
+    assert not live_processes(uid), "a process survived"
     runs = BASE_DIR / "runs"
     assert not [p for p in runs.iterdir() if p.name.startswith(f"run-{uid}-")], "a run directory survived"
-    from schedrl.sandbox import cgroups
-
     assert not cgroups.hierarchy().stale(f"run-{uid}-"), "a cgroup survived"
-    assert mounts() == before, "a mount survived"
+    after = mounts()
+    assert after == before, f"mounts changed: +{sorted(set(after) - set(before))} -{sorted(set(before) - set(after))}"
 
 
 def within(seconds: float, fn, *args, **kwargs):

@@ -158,5 +158,7 @@ def test_a_server_started_inside_the_sandbox_is_confined_and_leaves_nothing_behi
     pgrep = subprocess.run(["pgrep", "-U", str(probe["uid"])], capture_output=True)
     assert pgrep.returncode == 1, "a server process survived the session"
     assert not run_dir.exists()
+    assert MCPServer.of({**SERVER, "sandbox": {"devices": "gpu"}}).devices == "gpu"  # GPU nodes only if asked
+    assert MCPServer.of({**SERVER, "sandbox": True}).devices == ()
     with pytest.raises(ValueError, match="unknown sandbox key"):
         MCPServer.of({**SERVER, "sandbox": {"memory": 1}})

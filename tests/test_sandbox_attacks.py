@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from schedrl.sandbox import Limits, Sandbox, seccomp
-from schedrl.sandbox.sandbox import BASE_DIR
+from schedrl.sandbox.sandbox import BASE_DIR, live_processes
 from tests.sandbox_support import assert_nothing_left, mounts, needs_sandbox, within
 
 pytestmark = needs_sandbox
@@ -25,9 +25,11 @@ pytestmark = needs_sandbox
 def box():
     before = mounts()
     b = Sandbox(slot=51)
-    yield b
-    assert_nothing_left(b.uid, before)
-    b.close()
+    try:
+        yield b
+        assert_nothing_left(b.uid, before)
+    finally:
+        b.close()
 
 
 LEAVES_ITS_SESSION = (
@@ -326,6 +328,8 @@ def test_a_crashed_holders_leftovers_are_cleaned_when_its_slot_is_claimed_again(
     time.sleep(0.3)
     child.kill()
     child.wait()
+    time.sleep(0.2)
+    assert not live_processes(70056)  # the run died with its trainer (setpriv's parent-death signal)
     box = Sandbox(slot=56)
     uid = box.uid
     box.close()

@@ -30,9 +30,11 @@ pytestmark = needs_sandbox
 def box():
     before = mounts()
     b = Sandbox(slot=41)
-    yield b
-    assert_nothing_left(b.uid, before)
-    b.close()
+    try:
+        yield b
+        assert_nothing_left(b.uid, before)
+    finally:
+        b.close()
 
 
 def test_a_plain_run_returns_output_exit_code_and_time(box):

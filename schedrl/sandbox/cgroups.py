@@ -46,6 +46,14 @@ def _read_int(path: Path) -> int:
         return 0
 
 
+def _parent(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state, past the command's name
+
+
 @dataclass
 class RunCgroup:
     """One run's cgroup: a directory per hierarchy (one on v2, memory and pids on v1)."""
@@ -67,12 +75,15 @@ class RunCgroup:
 
     def kill(self, wait_s: float = 5.0) -> None:
         """SIGKILL every process in the run and wait until none is left. The run's PID namespace dies
-        with its first process, so the loop ends even under a fork bomb; `cgroup.kill` does it at once."""
-        if self.version == 2:
-            with contextlib.suppress(OSError):
-                _write(self.dirs[0] / "cgroup.kill", "1")
+        with its first process, so this ends even under a fork bomb. The tree's root (bubblewrap, a
+        child of the caller's) goes last: it reaps the namespace's first process and exits, where
+        killed together that process would be left for the host's init to reap."""
         deadline = time.perf_counter() + wait_s
+        spare_until = time.perf_counter() + min(0.5, wait_s)
         while pids := self.pids():
+            inside = set(pids)
+            if time.perf_counter() < spare_until:
+                pids = [p for p in pids if _parent(p) in inside] or pids
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
@@ -197,9 +208,9 @@ def _v2(mounts: list[tuple[str, str, set[str]]]) -> Hierarchy:
     return Hierarchy(2, (base,))
 
 
-def _v1(mounts: list[tuple[str, str, set[str]]]) -> Hierarchy:
+def _v1(mounts: list[tuple[str, str, set[str]]], membership: Path = Path("/proc/self/cgroup")) -> Hierarchy:
     own = {}
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
+    for line in membership.read_text().splitlines():
         _, controllers, path = line.split(":", 2)
         for c in controllers.split(","):
             own[c] = path.lstrip("/")

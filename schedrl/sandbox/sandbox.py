@@ -63,7 +63,13 @@ from schedrl.sandbox.workdir import WorkDir, remove_stale
 
 BASE_DIR = Path("/run/schedrl-sandbox")  # root's, 0700: slots/, runs/, etc-<uid>/, the compiled filter
 PATH = "/usr/local/bin:/usr/bin:/bin"
-TOOLS = {"bwrap": "bubblewrap", "setpriv": "util-linux", "prlimit": "util-linux", "keyctl": "keyutils"}
+TOOLS = {
+    "bwrap": "bubblewrap",
+    "unshare": "util-linux",
+    "setpriv": "util-linux",
+    "prlimit": "util-linux",
+    "keyctl": "keyutils",
+}
 
 __all__ = ["BASE_DIR", "Limits", "Sandbox", "SandboxResult", "SandboxUnavailable", "unavailable_reason"]
 
@@ -160,7 +166,7 @@ class Sandbox:
         for stale in self.hierarchy.stale(prefix):
             stale.remove()
         remove_stale(BASE_DIR / "runs", prefix)
-        if pids := _uid_processes(self.uid):
+        if pids := live_processes(self.uid):
             raise SandboxUnavailable(
                 f"uid {self.uid} has processes that are not a sandbox's ({pids[:5]}): set "
                 "SCHEDRL_SANDBOX_UIDS=FIRST-LAST to a range the host does not use"
@@ -243,8 +249,10 @@ class Sandbox:
         mb = 1024 * 1024
         return [
             "/bin/sh", "-c", setup, "sh",
+            self.tools["setpriv"], "--pdeathsig=SIGKILL",
+            self.tools["unshare"], "--pid", "--fork", "--kill-child",
             self.tools["bwrap"],
-            "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup",
+            "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup",
             "--die-with-parent", "--new-session", "--hostname", "sandbox",
             "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP",
             "--seccomp", "9", "--clearenv", "--setenv", "PATH", PATH,
@@ -256,7 +264,7 @@ class Sandbox:
             *self._exposed,
             "--remount-ro", "/", "--chdir", root.WORKDIR, "--",
             self.tools["setpriv"], f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
-            "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all",
+            "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--pdeathsig=SIGKILL",
             self.tools["prlimit"], f"--cpu={lim.cpu_s}", f"--fsize={lim.file_mb * mb}",
             f"--nofile={lim.open_files}", f"--nproc={lim.processes}", "--core=0", "--",
             *program,
@@ -298,12 +306,16 @@ class Sandbox:
         )
 
 
-def _uid_processes(uid: int) -> list[int]:
+def live_processes(uid: int) -> list[int]:
+    """Live processes of `uid` (a zombie, waiting for its parent to reap it, can do nothing)."""
     pids = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
-                if entry.stat().st_uid == uid:
+                if (
+                    entry.stat().st_uid == uid
+                    and Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+                ):
                     pids.append(int(entry.name))
             except OSError:  # exited while we looked
                 continue

@@ -13,7 +13,8 @@ error output to the model. A call whose server dies under it is an error; the ne
 server again, once (`max_restarts`); after that its tools answer with errors. A command that does not
 exist is an error naming it.
 
-`sandbox: true` (or a mapping of `schedrl.sandbox.Limits` fields, plus `expose:` paths) starts the
+`sandbox: true` (or a mapping of `schedrl.sandbox.Limits` fields, plus `expose:` paths and `devices:`,
+"gpu" or /dev paths, none by default) starts the
 server inside a `Sandbox`: its own uid, no network, rlimits, an empty working directory, and an
 environment of PATH and `env` only; "python" there is this interpreter with its packages. Paths in
 `args` must then be absolute (or use `-m module`); everything the server starts dies with the session.
@@ -49,6 +50,7 @@ class MCPServer:
     log: str | None = None  # where the server's stderr goes (appended); None: discarded
     sandbox: Any = None  # None: unconfined; else the `Limits` of its Sandbox
     expose: tuple[str, ...] = ()  # with sandbox: host paths bound read-only into it
+    devices: tuple[str, ...] | str = ()  # with sandbox: "gpu" or /dev paths it may use
 
     @classmethod
     def of(cls, spec: Any) -> MCPServer:
@@ -62,7 +64,7 @@ class MCPServer:
         if unknown:
             raise ValueError(f"MCP server {spec['command']!r}: unknown key(s) {', '.join(sorted(unknown))}")
         command = str(spec["command"])
-        limits, expose = _sandbox_limits(command, spec.get("sandbox"))
+        limits, expose, devices = _sandbox_limits(command, spec.get("sandbox"))
         return cls(
             sys.executable if command == "python" else command,  # "python": this interpreter
             tuple(str(a) for a in spec.get("args", ())),
@@ -71,10 +73,18 @@ class MCPServer:
             spec.get("log"),
             limits,
             expose,
+            devices,
         )
 
     def key(self) -> tuple:
-        return (self.command, self.args, tuple(sorted(self.env.items())), self.sandbox, self.expose)
+        return (
+            self.command,
+            self.args,
+            tuple(sorted(self.env.items())),
+            self.sandbox,
+            self.expose,
+            self.devices,
+        )
 
 
 def server_limits(**fields: Any) -> Any:
@@ -86,24 +96,27 @@ def server_limits(**fields: Any) -> Any:
     return Limits(**{**base, **fields})
 
 
-def _sandbox_limits(command: str, spec: Any) -> tuple[Any, tuple[str, ...]]:
+def _sandbox_limits(command: str, spec: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...] | str]:
     if spec is None or spec is False:
-        return None, ()
+        return None, (), ()
     if spec is True:
-        return server_limits(), ()
+        return server_limits(), (), ()
     if not isinstance(spec, Mapping):
         raise ValueError(f"MCP server {command!r}: sandbox is true or a mapping of limits, got {spec!r}")
     from schedrl.sandbox import Limits
 
     fields = {f.name for f in dataclasses.fields(Limits)}
-    unknown = set(spec) - fields - {"expose"}
+    extra = {"expose", "devices"}
+    unknown = set(spec) - fields - extra
     if unknown:
         raise ValueError(
             f"MCP server {command!r}: unknown sandbox key(s) {', '.join(sorted(unknown))} "
-            f"(known: {', '.join(sorted(fields | {'expose'}))})"
+            f"(known: {', '.join(sorted(fields | extra))})"
         )
-    limits = server_limits(**{k: v for k, v in spec.items() if k != "expose"})
-    return limits, tuple(str(p) for p in spec.get("expose", ()))
+    limits = server_limits(**{k: v for k, v in spec.items() if k not in extra})
+    devices = spec.get("devices", ())
+    devices = devices if devices == "gpu" else tuple(str(d) for d in devices)
+    return limits, tuple(str(p) for p in spec.get("expose", ())), devices
 
 
 class MCPSession:
@@ -175,7 +188,7 @@ class MCPSession:
             if os.path.realpath(self.server.command) == os.path.realpath(sys.executable)
             else None
         )
-        return Sandbox(python=python, expose=self.server.expose)
+        return Sandbox(python=python, expose=self.server.expose, devices=self.server.devices)
 
     async def _serve(self, params: Any, errlog: Any, ready: asyncio.Future) -> None:
         from mcp import ClientSession
