@@ -28,7 +28,9 @@ def assert_nothing_left(uid: int, before: list[str]) -> None:
     assert not [p for p in runs.iterdir() if p.name.startswith(f"run-{uid}-")], "a run directory survived"
     assert not cgroups.hierarchy().stale(f"run-{uid}-"), "a cgroup survived"
     after = mounts()
-    assert after == before, f"mounts changed: +{sorted(set(after) - set(before))} -{sorted(set(before) - set(after))}"
+    assert after == before, (
+        f"mounts changed: +{sorted(set(after) - set(before))} -{sorted(set(before) - set(after))}"
+    )
 
 
 def within(seconds: float, fn, *args, **kwargs):

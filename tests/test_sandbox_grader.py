@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from schedrl.sandbox.checks import ProbeError, compile_checks, judge, read_value
-from schedrl.sandbox.unit_tests import SandboxError, read_report, run_tests
+from schedrl.sandbox.unit_tests import REPORT_BYTES, VALUE_CHARS, SandboxError, read_report, run_tests
 from tests.sandbox_support import needs_sandbox
 
 
@@ -47,6 +49,10 @@ def test_a_report_that_is_not_one_record_per_probe_is_no_report():
     assert read_report(b'[["value", "1"]]', 2) == []
     assert read_report(b'[["verdict", "pass"]]', 1) == []
     assert read_report(b"not json", 1) == [] and read_report(None, 1) == []
+    big = json.dumps([["value", "1"]] * 500_000).encode()  # 8 MB: never parsed
+    assert len(big) > REPORT_BYTES and read_report(big, 500_000) == []
+    (value,) = read_report(json.dumps([["value", "[" + "1, " * VALUE_CHARS + "]"]]).encode(), 1)
+    assert isinstance(value, ProbeError)  # too long to read back: a failed probe
 
 
 WRONG = "def f(x):\n    return 0\n"

@@ -96,12 +96,13 @@ def _tools() -> dict[str, str]:
 def unavailable_reason() -> str:
     """Why this machine cannot run sandboxes ("" when it can): what tests skip on."""
     try:
-        _tools()
-        cgroups.hierarchy()
-        seccomp.compile_filter()
-    except (SandboxUnavailable, cgroups.CgroupUnavailable, seccomp.SeccompUnavailable) as err:
+        Sandbox().close()  # the first one in a process runs a probe
+    except (SandboxUnavailable, OSError) as err:
         return str(err)
     return ""
+
+
+_PROBED = False
 
 
 @dataclass
@@ -133,26 +134,34 @@ class Sandbox:
             self.filter = seccomp.filter_file(BASE_DIR)
         except (cgroups.CgroupUnavailable, seccomp.SeccompUnavailable) as err:
             raise SandboxUnavailable(str(err)) from err
+        self.python = python or ("/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable)
+        paths = [*expose, *(root.interpreter_paths(self.python) if python else ())]
+        self._exposed = [*root.exposure_binds(paths), *root.device_binds(devices)]  # over /tmp's too
         uids = slots.uid_range()
         claimed = slots.claim(BASE_DIR / "slots", uids, slot)
         if claimed is None:
-            which = (
-                f"slot {slot} (uid {uids[slot]}) is held"
-                if slot is not None
-                else f"all {len(uids)} uids are held"
-            )
-            raise SandboxUnavailable(f"sandbox {which} by another sandbox")
+            which = f"slot {slot} (uid {uids[slot]}) is" if slot is not None else f"all {len(uids)} uids are"
+            raise SandboxUnavailable(f"sandbox {which} held by another sandbox")
         self.uid, self._lock = claimed
         self._runs = itertools.count()
         try:
             self._clean()
+            self._system = [*root.system_binds(), *self._etc_binds()]
+            self._probe()
         except BaseException:
             self.close()
             raise
-        self.python = python or ("/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable)
-        paths = [*expose, *(root.interpreter_paths(self.python) if python else ())]
-        self._system = [*root.system_binds(), *self._etc_binds()]
-        self._exposed = [*root.exposure_binds(paths), *root.device_binds(devices)]  # over /tmp's too
+
+    def _probe(self) -> None:
+        """One confined run per process, so that a machine that cannot confine (no namespaces inside
+        this container, a kernel without a feature) is refused here, with its reason, not run by run."""
+        global _PROBED
+        if _PROBED:
+            return
+        result = self.run(argv=["/bin/true"], limits=Limits(wall_s=30))
+        if not result.ok:
+            raise SandboxUnavailable(f"a confined run fails on this machine: {result.stderr.strip()[-500:]}")
+        _PROBED = True
 
     def close(self) -> None:
         if self._lock is not None:

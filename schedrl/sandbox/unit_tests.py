@@ -26,6 +26,8 @@ from schedrl.sandbox.pool import SandboxPool
 
 _POOL: SandboxPool | None = None
 RESULTS = "probes.out.json"
+REPORT_BYTES = 4 << 20  # a longer report is no report: the host never parses more
+VALUE_CHARS = 1 << 20  # a longer repr is unreadable
 HARNESS = f"""\
 import json
 with open("probes.json") as f:
@@ -65,7 +67,7 @@ def default_pool() -> SandboxPool:
 
 def read_report(data: bytes | None, count: int) -> list:
     """The probes' values from the harness's file; [] when it is absent or not a report of `count`."""
-    if data is None:
+    if data is None or len(data) > REPORT_BYTES:
         return []
     try:
         records = json.loads(data)
@@ -82,7 +84,10 @@ def read_report(data: bytes | None, count: int) -> list:
             and isinstance(rec[1], str)
         ):
             return []
-        values.append(read_value(rec[1]) if rec[0] == "value" else ProbeError(rec[1]))
+        if rec[0] == "error" or len(rec[1]) > VALUE_CHARS:
+            values.append(ProbeError(rec[1][:80]))
+        else:
+            values.append(read_value(rec[1]))
     return values
 
 

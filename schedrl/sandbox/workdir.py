@@ -76,8 +76,10 @@ class WorkDir:
             except OSError:
                 continue  # absent, a link, or anything else that is not a file to read
             try:
-                if stat.S_ISREG(os.fstat(fd).st_mode):
-                    out[name] = os.read(fd, cap)
+                info = os.fstat(fd)
+                if stat.S_ISREG(info.st_mode):
+                    with os.fdopen(os.dup(fd), "rb") as f:
+                        out[name] = f.read(min(cap, info.st_size))
             finally:
                 os.close(fd)
         return out
