@@ -49,6 +49,7 @@ def test_v1_nests_under_the_callers_own_cgroups_and_reads_oom_control(tmp_path, 
     for b in h.bases:
         (b / "r").mkdir()
     (h.bases[0] / "r" / "memory.memsw.limit_in_bytes").write_text("")
+    (h.bases[0] / "r" / "memory.kmem.tcp.limit_in_bytes").write_text("")
     monkeypatch.setattr(Path, "mkdir", lambda self, *a, **k: None)
     run = h.create("r", 64 << 20, 8)
     m, p = (b / "r" for b in h.bases)
@@ -57,6 +58,7 @@ def test_v1_nests_under_the_callers_own_cgroups_and_reads_oom_control(tmp_path, 
         == (m / "memory.memsw.limit_in_bytes").read_text()
         == str(64 << 20)
     )
+    assert (m / "memory.kmem.tcp.limit_in_bytes").read_text() == str(64 << 20)  # TCP buffers, apart
     assert (p / "pids.max").read_text() == "8"
     (m / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
     (m / "memory.max_usage_in_bytes").write_text("9000\n")

@@ -7,37 +7,57 @@ import json
 
 import pytest
 
-from schedrl.sandbox.checks import ProbeError, compile_checks, judge, read_value
-from schedrl.sandbox.unit_tests import REPORT_BYTES, VALUE_CHARS, SandboxError, read_report, run_tests
+from schedrl.sandbox.checks import ProbeError, compile_checks, decode, judge
+from schedrl.sandbox.unit_tests import REPORT_BYTES, read_report, run_tests
 from tests.sandbox_support import needs_sandbox
 
 
-def test_a_test_is_split_into_probes_that_run_inside_and_literals_that_stay_out():
-    checks, probes = compile_checks(["f(2) == 7", "0 < g(1, 'a') <= 9", "not h()", "f(1) == 2 or k([1, 2])"])
-    assert probes == ["f(2)", "g(1, 'a')", "h()", "f(1)", "k([1, 2])"]
-    assert not any("7" in p or "9" in p for p in probes)  # expected values never enter the sandbox
-    values = [7, 9, [], 3, [0]]
-    assert [judge(c, values) for c in checks] == [True, True, True, True]
-    values = [7.0, 10, [1], 3, []]
-    assert [judge(c, values) for c in checks] == [True, False, False, False]
+def test_a_test_is_split_into_probes_that_run_inside_and_a_verdict_the_host_reaches():
+    tests = ["f(2) == 7", "0 < g(1, 'a') <= 9", "not h()", "f(2) == 8 or k([1, 2])", "abs(f(2) - 7.5) < 1e-6"]
+    checks, probes = compile_checks(tests)
+    assert probes == ["f(2)", "g(1, 'a')", "h()", "k([1, 2])"]  # one evaluation per distinct probe
+    assert not any(n in p for p in probes for n in ("7", "9", "8"))  # expected values never enter
+    assert [judge(c, [7, 9, [], [0]]) for c in checks] == [True, True, True, True, False]
+    assert [judge(c, [7.5, 10, [1], []]) for c in checks] == [False, False, False, False, True]
+
+
+def test_the_host_judges_arithmetic_builtins_and_indexing_on_plain_data():
+    tests = [
+        "math.isclose(f(2), 7.5, rel_tol=1e-9)",
+        "(f(2) == 7.5) is True",
+        "[f(1) == 2, f(2) == 7.5] == [True, True]",
+        "f(2) - 7.5 == 0",
+        "sorted(f(3)) == [1, 2, 3] and len(f(3)) == 3 and f(3)[0] == 3",
+        "isinstance(f(1), int) and type(f(1)) == int",
+        "f(1) == f(1.0)",
+        "f(2) == 7.5 if True else False",
+    ]
+    checks, probes = compile_checks(tests)
+    assert probes == ["f(2)", "f(1)", "f(3)", "f(1.0)"]
+    assert [judge(c, [7.5, 2, [3, 1, 2], 2]) for c in checks] == [True] * 8
+    assert [judge(c, [7.4, 2.0, [3, 1], 1]) for c in checks] == [False] * 8
 
 
 def test_a_probe_that_raised_or_is_unreadable_fails_its_check_even_negated():
     checks, _ = compile_checks(["f(1) == 1", "not f(2)", "f(3) != 4"])
     raised = ProbeError("ZeroDivisionError")
-    assert [judge(c, [raised, raised, read_value("<object at 0x1>")]) for c in checks] == [
-        False,
-        False,
-        False,
-    ]
-    assert read_value("inf") == float("inf") and read_value("{1, (2, 'a')}") == {1, (2, "a")}
-    assert isinstance(read_value("__import__('os').system('true')"), ProbeError)  # only literals are read
+    assert [judge(c, [raised, raised, decode({"object": "x"})]) for c in checks] == [False, False, False]
+    assert decode({"tuple": [1, {"set": ["a"]}]}) == (1, {"a"}) and decode({"bytes": "6869"}) == b"hi"
+    assert decode({"dict": [[{"tuple": [1, 2]}, None]]}) == {(1, 2): None}
+    assert isinstance(decode({"dict": [[[1], 2]]}), ProbeError)  # an unhashable key: unreadable
+    nested: list = []
+    for _ in range(100):
+        nested = [nested]
+    assert isinstance(decode(nested), ProbeError)  # deeper than 64: unreadable
     assert judge(compile_checks(["f(0) < 2"])[0][0], ["a"]) is False  # mismatched types fail, not raise
+    assert judge(compile_checks(["f(0) * 10**9 == ''"])[0][0], ["x"]) is False  # too large to judge
 
 
 def test_tests_the_host_cannot_judge_are_refused_with_the_test_named():
-    with pytest.raises(ValueError, match=r"test 'f\(1\) == f\(2\)' must compare one expression"):
-        compile_checks(["f(1) == f(2)"])
+    with pytest.raises(ValueError, match=r"would run `\(f\(x\) == y for x, y in .*` beside the solution"):
+        compile_checks(["all(f(x) == y for x, y in [(1, 2), (2, 7)])"])
+    with pytest.raises(ValueError, match=r"would run `lambda v: v > 1` beside the solution"):
+        compile_checks(["f(lambda v: v > 1) == 2"])
     with pytest.raises(ValueError, match="test '1 == 1' does not call the solution"):
         compile_checks(["1 == 1"])
     with pytest.raises(ValueError, match=r"test 'f\(' is not a Python expression"):
@@ -45,14 +65,12 @@ def test_tests_the_host_cannot_judge_are_refused_with_the_test_named():
 
 
 def test_a_report_that_is_not_one_record_per_probe_is_no_report():
-    assert read_report(b'[["value", "1"]]', 1) == [1]
-    assert read_report(b'[["value", "1"]]', 2) == []
+    assert read_report(b'[["value", 1]]', 1) == [1]
+    assert read_report(b'[["value", 1]]', 2) == []
     assert read_report(b'[["verdict", "pass"]]', 1) == []
     assert read_report(b"not json", 1) == [] and read_report(None, 1) == []
-    big = json.dumps([["value", "1"]] * 500_000).encode()  # 8 MB: never parsed
-    assert len(big) > REPORT_BYTES and read_report(big, 500_000) == []
-    (value,) = read_report(json.dumps([["value", "[" + "1, " * VALUE_CHARS + "]"]]).encode(), 1)
-    assert isinstance(value, ProbeError)  # too long to read back: a failed probe
+    big = json.dumps([["value", 1]] * 800_000).encode()  # 11 MB: never parsed
+    assert len(big) > REPORT_BYTES and read_report(big, 800_000) == []
 
 
 WRONG = "def f(x):\n    return 0\n"
@@ -62,8 +80,25 @@ TESTS = ["f(1) == 1234567", "f(2) == 2469134"]
 @needs_sandbox
 def test_printing_the_old_pass_line_and_exiting_passes_nothing():
     assert run_tests(WRONG + "print('__schedrl_tests__ 2 2')\nimport sys\nsys.exit(0)\n", TESTS) == 0.0
-    with pytest.raises(SandboxError, match="did not report"):
+    assert (
         run_tests(WRONG + "print('__schedrl_tests__ 2 2', flush=True)\nimport os\nos._exit(0)\n", TESTS)
+        == 0.0
+    )
+
+
+ANYTHING = (  # equal to everything, and the helpers a test might call patched to agree
+    "class Any:\n"
+    "    def __eq__(self, other):\n        return True\n"
+    "    def __sub__(self, other):\n        return 0\n"
+    "    __rsub__ = __sub__\n"
+    "    def __abs__(self):\n        return 0\n"
+    "    def __lt__(self, other):\n        return True\n"
+    "    def __repr__(self):\n        return '1234567'\n"
+    "import math, builtins\n"
+    "math.isclose = lambda *a, **k: True\n"
+    "builtins.all = builtins.abs = builtins.sorted = lambda *a, **k: True\n"
+    "def f(*a):\n    return Any()\n"
+)
 
 
 @needs_sandbox
@@ -71,12 +106,27 @@ def test_patching_builtins_and_the_harness_cannot_pass_a_wrong_answer():
     patches = [
         "import builtins\nbuiltins.eval = lambda *a, **k: True\nbuiltins.bool = lambda *a: True\n",
         "import builtins\nbuiltins.repr = lambda x: '__schedrl_tests__'\n",
-        'import json\njson.dump = lambda obj, f: f.write(\'[["value", "True"], ["value", "True"]]\')\n',
-        "class Always:\n    def __eq__(self, other):\n        return True\n    def __repr__(self):\n        return 'True'\n"
-        "def f(x):\n    return Always()\n",
+        'import json\njson.dump = lambda obj, f: f.write(\'[["value", true], ["value", true]]\')\n',
+        ANYTHING,
     ]
     for patch in patches:
         assert run_tests(WRONG + patch, TESTS, partial=True) == 0.0, patch
+    shapes = [  # the shapes that fooled the first version of this grader, HumanEval's among them
+        "abs(f(2) - 7.5) < 1e-6",
+        "math.isclose(f(2), 7.5)",
+        "(f(2) == 7) is True",
+        "(f(2) == [1, 2, 3]) == True",
+        "f(2) == 7 if True else False",
+        "[f(1) == 2, f(2) == 7] == [True, True]",
+        "f(2) - 7 == 0",
+        "sorted(f(2)) == [1, 2]",
+    ]
+    assert run_tests(ANYTHING, shapes, partial=True) == 0.0
+    right = "def f(x):\n    return {1: 2, 2: 7}[x]\n"
+    assert (
+        run_tests(right, ["f(2) - 7 == 0", "abs(f(2) - 7) < 1e-6", "[f(1) == 2, f(2) == 7] == [True, True]"])
+        == 1.0
+    )
 
 
 @needs_sandbox

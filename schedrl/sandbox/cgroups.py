@@ -3,7 +3,8 @@ memfd) and its number of processes are the kernel's to cap, its out-of-memory ki
 count, and every process in it is killed at once.
 
 cgroup v2 where the unified hierarchy has the memory and pids controllers; v1 (the memory and pids
-hierarchies) otherwise. Runs nest under the caller's own cgroup on v1 (what they use also counts
+hierarchies) otherwise. v1 counts TCP buffers apart from memory (`kmem.tcp`): they get a limit of the
+same size, so a run holds at most twice its memory limit there. Runs nest under the caller's own cgroup on v1 (what they use also counts
 against the caller's limit); on v2 they sit under `schedrl-sandbox` at the hierarchy's root, the one
 place a process-holding tree can hand controllers down. Neither writable: `CgroupUnavailable`.
 """
@@ -144,6 +145,8 @@ class Hierarchy:
                 _write(mem / "memory.limit_in_bytes", str(memory_bytes))
                 if (mem / "memory.memsw.limit_in_bytes").exists():  # swap accounting is on: no swap either
                     _write(mem / "memory.memsw.limit_in_bytes", str(memory_bytes))
+                if (mem / "memory.kmem.tcp.limit_in_bytes").exists():  # v1 counts TCP buffers apart
+                    _write(mem / "memory.kmem.tcp.limit_in_bytes", str(memory_bytes))
             _write(pids / "pids.max", str(processes))
         except OSError:
             run.remove()

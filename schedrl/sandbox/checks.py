@@ -1,27 +1,48 @@
-"""Unit tests split into what runs in the sandbox (probes) and what the host judges (the verdict).
+"""Unit tests split into what runs in the sandbox (probes) and what the host judges (everything else).
 
-A test such as ``f(2) == 7`` becomes the probe ``f(2)``, evaluated next to the solution, and a host
-side ``<probe 0> == 7``. Expected values never enter the sandbox, and no comparison or truth test
-happens there: the solution can only change the values its probes produce, so a test passes only if
-the value it reports is the right one. What the host evaluates is literals, comparisons, `and`, `or`
-and `not` over the reported values; it never calls anything the solution made.
+A test such as ``abs(f(2) - 7.5) < 1e-6`` becomes the probe ``f(2)``, evaluated beside the solution,
+and a host-side expression over the value it reports: ``abs(<probe 0> - 7.5) < 1e-6``. A probe is a
+part of the test that calls or names something of the solution's; what the host evaluates is
+literals, arithmetic, comparisons, `and`/`or`/`not`, conditionals, indexing, and a few pure builtins
+(`len`, `sorted`, `abs`, `isinstance`, `math.isclose`, ...) over plain data. So expected values never
+enter the sandbox and no comparison runs there: the solution can only change the values its probes
+produce, and a test passes only if those values are right.
 
-A test is an expression: a comparison with a literal on one side (chains such as ``0 < f(x) < 9``
-too), a bare probe (true when its value is truthy), or `and`/`or`/`not` of those. A comparison of
-two probes (``f(1) == f(2)``) is refused: both sides are computed beside the solution, which could
-make them agree.
+Refused, with the test named: a probe holding a comparison, a boolean operator, a conditional, a
+comprehension or a lambda (``all(f(x) == y for x, y in cases)``: that comparison would run beside the
+solution, which could make it true; write one test per case), and a test that calls nothing of the
+solution's.
+
+References: the probe/verdict split is this project's; HumanEval's `check(candidate)` tests are the
+shape it is checked on (``assert abs(candidate(x) - y) < 1e-6``).
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-COMPARE = {
+BINARY: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: lambda a, b: _bounded_mult(a, b),
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: lambda a, b: _bounded_mod(a, b),
+    ast.Pow: lambda a, b: _bounded_pow(a, b),
+}
+UNARY: dict[type, Callable[[Any], Any]] = {
+    ast.Not: operator.not_,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+    ast.Invert: operator.invert,
+}
+COMPARE: dict[type, Callable[[Any, Any], Any]] = {
     ast.Eq: operator.eq,
     ast.NotEq: operator.ne,
     ast.Lt: operator.lt,
@@ -33,61 +54,96 @@ COMPARE = {
     ast.Is: operator.is_,
     ast.IsNot: operator.is_not,
 }
-SPECIAL_FLOATS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+FUNCTIONS = {  # pure on plain data, and bounded by the size of what they are given
+    n: getattr(builtins, n)
+    for n in [
+        "abs",
+        "all",
+        "any",
+        "bool",
+        "chr",
+        "divmod",
+        "float",
+        "int",
+        "isinstance",
+        "len",
+        "list",
+        "max",
+        "min",
+        "ord",
+        "repr",
+        "reversed",
+        "round",
+        "set",
+        "sorted",
+        "str",
+        "sum",
+        "tuple",
+        "type",
+        "dict",
+    ]
+}
+MATH = {
+    n: getattr(math, n) for n in ["isclose", "isnan", "isinf", "isfinite", "floor", "ceil", "sqrt", "fabs"]
+}
+MATH_CONSTANTS = {n: getattr(math, n) for n in ("inf", "nan", "pi", "e", "tau")}
+TYPES = {
+    n: getattr(builtins, n)
+    for n in ["int", "float", "str", "bool", "list", "tuple", "dict", "set", "bytes", "complex", "type"]
+}
+KEYWORDS = {"sorted": {"reverse"}, "round": {"ndigits"}, "isclose": {"rel_tol", "abs_tol"}, "int": {"base"}}
+INSIDE_ONLY = (ast.Compare, ast.BoolOp, ast.IfExp, ast.Lambda, ast.NamedExpr, ast.ListComp, ast.SetComp)
+INSIDE_ONLY += (ast.DictComp, ast.GeneratorExp, ast.Await, ast.Yield, ast.YieldFrom)
+LARGEST = 10**6  # elements or digits an operation on the host may produce
 
 
-@dataclass(frozen=True)
-class _Probe:
-    index: int
+def _bounded_mult(a: Any, b: Any) -> Any:
+    n = (
+        b
+        if isinstance(a, str | bytes | list | tuple)
+        else a
+        if isinstance(b, str | bytes | list | tuple)
+        else None
+    )
+    if isinstance(n, int) and n > LARGEST:
+        raise ValueError("a repetition too large to judge")
+    return a * b
+
+
+def _bounded_mod(a: Any, b: Any) -> Any:
+    if isinstance(a, str | bytes):
+        raise TypeError("string formatting is not judged")
+    return a % b
+
+
+def _bounded_pow(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and isinstance(b, int) and b > 0 and a.bit_length() * b > 32 * LARGEST:
+        raise ValueError("a power too large to judge")
+    return a**b
 
 
 @dataclass(frozen=True)
 class Check:
-    """One test: its source, and its host-side tree with each probe replaced by `_Probe(i)`."""
+    """One test: its source, and its host-side tree in which each probe is `ast.Name("__probe_<i>")`."""
 
     source: str
-    tree: Any
+    tree: ast.expr
 
 
-def _literal(node: ast.expr) -> tuple[bool, Any]:
-    try:
-        return True, ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False, None
+@dataclass(frozen=True)
+class ProbeError:
+    """A probe raised (its exception's type name), the solution did before the probes ran, or the
+    reported value is not plain data the host can read."""
+
+    name: str
+
+
+UNREADABLE = ProbeError("unreadable")
 
 
 def compile_checks(tests: Sequence[str]) -> tuple[list[Check], list[str]]:
-    """The checks and the probes (expression sources, shared across tests by index)."""
+    """The checks and the probes (expression sources, numbered across all tests)."""
     probes: list[str] = []
-
-    def probe(node: ast.expr) -> _Probe:
-        probes.append(ast.unparse(node))
-        return _Probe(len(probes) - 1)
-
-    def split(node: ast.expr, test: str) -> Any:
-        if isinstance(node, ast.BoolOp):
-            return (type(node.op), [split(v, test) for v in node.values])
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            return (ast.Not, split(node.operand, test))
-        if isinstance(node, ast.Compare):
-            operands = []
-            for operand in [node.left, *node.comparators]:
-                is_literal, value = _literal(operand)
-                operands.append(("literal", value) if is_literal else probe(operand))
-            count = sum(isinstance(o, _Probe) for o in operands)
-            if count == 0:
-                raise ValueError(f"run_tests: test {test!r} does not call the solution")
-            if count > 1:
-                raise ValueError(
-                    f"run_tests: test {test!r} must compare one expression of the solution with literals "
-                    "(two would both run beside the solution, which could make them agree)"
-                )
-            return (ast.Compare, [type(op) for op in node.ops], operands)
-        is_literal, _ = _literal(node)
-        if is_literal:
-            raise ValueError(f"run_tests: test {test!r} does not call the solution")
-        return probe(node)
-
     checks = []
     for test in tests:
         if not isinstance(test, str):
@@ -96,61 +152,172 @@ def compile_checks(tests: Sequence[str]) -> tuple[list[Check], list[str]]:
             tree = ast.parse(test, mode="eval").body
         except SyntaxError as err:
             raise ValueError(f"run_tests: test {test!r} is not a Python expression: {err.msg}") from err
-        checks.append(Check(test, split(tree, test)))
+        tree = _Split(test, probes).visit(tree)
+        if not any(isinstance(n, ast.Name) and n.id.startswith("__probe_") for n in ast.walk(tree)):
+            raise ValueError(f"run_tests: test {test!r} does not call the solution")
+        checks.append(Check(test, tree))
     return checks, probes
 
 
-def read_value(text: str) -> Any:
-    """A probe's reported `repr`, read back as plain data (never code)."""
-    if text in SPECIAL_FLOATS:
-        return SPECIAL_FLOATS[text]
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return UNREADABLE
+class _Split(ast.NodeTransformer):
+    """Keeps what the host can evaluate and replaces each other part by a probe."""
+
+    def __init__(self, test: str, probes: list[str]) -> None:
+        self.test, self.probes = test, probes
+
+    def visit(self, node: ast.AST) -> Any:
+        if not isinstance(node, ast.expr):
+            return self.generic_visit(node)
+        if _host_node(node):
+            if isinstance(node, ast.Name | ast.Attribute):  # a type, or a constant of math's
+                return node
+            if isinstance(node, ast.Call):  # the function is the host's: only its arguments are visited
+                node.args = [self.visit(a) for a in node.args]
+                for k in node.keywords:
+                    k.value = self.visit(k.value)
+                return node
+            return self.generic_visit(node)
+        for inner in ast.walk(node):
+            if isinstance(inner, INSIDE_ONLY):
+                raise ValueError(
+                    f"run_tests: test {self.test!r} would run `{ast.unparse(inner)}` beside the solution, "
+                    "which could make it true: compare outside the solution's calls, one test per case"
+                )
+        source = ast.unparse(node)
+        if source not in self.probes:  # one evaluation per distinct probe
+            self.probes.append(source)
+        return ast.copy_location(ast.Name(f"__probe_{self.probes.index(source)}", ast.Load()), node)
+
+
+def _host_node(node: ast.expr) -> bool:
+    """Whether the host evaluates `node` itself (its children are visited on their own)."""
+    if isinstance(node, ast.Constant | ast.List | ast.Tuple | ast.Set | ast.Dict | ast.Slice):
+        return True
+    if isinstance(node, ast.UnaryOp | ast.BoolOp | ast.Compare | ast.IfExp | ast.Subscript):
+        return True
+    if isinstance(node, ast.BinOp):
+        return type(node.op) in BINARY
+    if isinstance(node, ast.Name):
+        return node.id in TYPES
+    if isinstance(node, ast.Attribute):
+        return isinstance(node.value, ast.Name) and node.value.id == "math" and node.attr in MATH_CONSTANTS
+    if isinstance(node, ast.Call):
+        name = _function_name(node.func)
+        allowed = KEYWORDS.get(name or "", set())
+        return name is not None and all(k.arg in allowed for k in node.keywords)
+    return False
+
+
+def _function_name(func: ast.expr) -> str | None:
+    if isinstance(func, ast.Name) and func.id in FUNCTIONS:
+        return func.id
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "math":
+        return func.attr if func.attr in MATH else None
+    return None
 
 
 def judge(check: Check, values: Sequence[Any]) -> bool:
     """The check's verdict on the probes' values (plain data, or a `ProbeError`). A check with a probe
-    that raised or reported something unreadable fails, as a test that raises does."""
-
-    def probes(node: Any) -> list[int]:
-        if isinstance(node, _Probe):
-            return [node.index]
-        if node[0] is ast.Compare:
-            return [o.index for o in node[2] if isinstance(o, _Probe)]
-        if node[0] is ast.Not:
-            return probes(node[1])
-        return [i for n in node[1] for i in probes(n)]
-
-    def truth(node: Any) -> bool:
-        if isinstance(node, _Probe):
-            return bool(values[node.index])
-        kind = node[0]
-        if kind is ast.And:
-            return all(truth(n) for n in node[1])
-        if kind is ast.Or:
-            return any(truth(n) for n in node[1])
-        if kind is ast.Not:
-            return not truth(node[1])
-        _, ops, operands = node
-        vals = [values[o.index] if isinstance(o, _Probe) else o[1] for o in operands]
-        try:
-            return all(bool(COMPARE[op](a, b)) for op, a, b in zip(ops, vals, vals[1:], strict=False))
-        except Exception:  # plain data of mismatched types (1 < "a")
-            return False
-
-    if any(isinstance(values[i], ProbeError) for i in probes(check.tree)):
+    that raised or reported something unreadable fails, as a test that raises does; so does one whose
+    host-side evaluation raises (plain data of mismatched types, `1 < "a"`)."""
+    used = [
+        int(n.id.removeprefix("__probe_"))
+        for n in ast.walk(check.tree)
+        if isinstance(n, ast.Name) and n.id.startswith("__probe_")
+    ]
+    if any(isinstance(values[i], ProbeError) for i in used):
         return False
-    return truth(check.tree)
+    try:
+        return bool(_evaluate(check.tree, values))
+    except Exception:
+        return False
 
 
-@dataclass(frozen=True)
-class ProbeError:
-    """A probe raised (its exception's type name), the solution did before the probes ran, or the
-    reported value is not a literal the host can read."""
+def _evaluate(node: ast.expr, values: Sequence[Any]) -> Any:
+    def ev(n: ast.expr) -> Any:
+        return _evaluate(n, values)
 
-    name: str
+    if isinstance(node, ast.Name):
+        return (
+            values[int(node.id.removeprefix("__probe_"))]
+            if node.id.startswith("__probe_")
+            else TYPES[node.id]
+        )
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        items = [ev(e) for e in node.elts]
+        return {ast.List: list, ast.Tuple: tuple, ast.Set: set}[type(node)](items)
+    if isinstance(node, ast.Dict):
+        return {ev(k): ev(v) for k, v in zip(node.keys, node.values, strict=True)}  # type: ignore[arg-type]
+    if isinstance(node, ast.UnaryOp):
+        return UNARY[type(node.op)](ev(node.operand))
+    if isinstance(node, ast.BinOp):
+        return BINARY[type(node.op)](ev(node.left), ev(node.right))
+    if isinstance(node, ast.BoolOp):
+        result = None
+        for v in node.values:  # Python's short-circuit: `and` stops at a false value, `or` at a true one
+            result = ev(v)
+            if bool(result) == isinstance(node.op, ast.Or):
+                return result
+        return result
+    if isinstance(node, ast.Compare):
+        left = ev(node.left)
+        for op, right_node in zip(node.ops, node.comparators, strict=True):
+            right = ev(right_node)
+            if not COMPARE[type(op)](left, right):
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.IfExp):
+        return ev(node.body) if ev(node.test) else ev(node.orelse)
+    if isinstance(node, ast.Subscript):
+        return ev(node.value)[ev(node.slice)]
+    if isinstance(node, ast.Slice):
+        return slice(*(ev(p) if p is not None else None for p in (node.lower, node.upper, node.step)))
+    if isinstance(node, ast.Attribute):
+        return MATH_CONSTANTS[node.attr]
+    if isinstance(node, ast.Call):
+        name = _function_name(node.func)
+        function = MATH[name] if isinstance(node.func, ast.Attribute) else FUNCTIONS[name]  # type: ignore[index]
+        if name in ("list", "tuple", "set", "sorted", "sum", "str") and node.args:
+            _check_size(ev(node.args[0]))
+        return function(*(ev(a) for a in node.args), **{k.arg: ev(k.value) for k in node.keywords})  # type: ignore[misc]
+    raise TypeError(f"not judged on the host: {ast.unparse(node)}")
 
 
-UNREADABLE = ProbeError("unreadable")
+def _check_size(value: Any) -> None:
+    if isinstance(value, str | bytes | list | tuple | set | dict) and len(value) > LARGEST:
+        raise ValueError("too large to judge")
+
+
+def decode(value: Any, depth: int = 0) -> Any:
+    """A probe's value as the harness encoded it (JSON, with tuples, sets, dicts, bytes and complex
+    numbers tagged), back as plain data; `UNREADABLE` for anything else."""
+    if depth > 64:
+        return UNREADABLE
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list):
+        items = [decode(v, depth + 1) for v in value]
+        return UNREADABLE if any(isinstance(v, ProbeError) for v in items) else items
+    if not (isinstance(value, dict) and len(value) == 1):
+        return UNREADABLE
+    ((tag, body),) = value.items()
+    try:
+        if tag == "bytes":
+            return bytes.fromhex(body)
+        if tag == "complex":
+            return complex(*body)
+        items = [decode(v, depth + 1) for v in body]
+        if any(isinstance(v, ProbeError) for v in items):
+            return UNREADABLE
+        if tag == "tuple":
+            return tuple(items)
+        if tag == "set":
+            return set(items)
+        if tag == "dict":
+            return {k: v for k, v in items}
+    except (TypeError, ValueError):
+        pass
+    return UNREADABLE

@@ -38,6 +38,7 @@ class SandboxResult:
     signal: int | None = None  # the signal that ended it, if one did
     files: dict[str, bytes] = field(default_factory=dict)  # the `collect`ed files it left, if any
     memory_peak_mb: float = 0.0  # the cgroup's peak memory
+    started: bool = True  # the sandbox's setup finished (False: it failed before the program ran)
 
     @property
     def ok(self) -> bool:

@@ -251,7 +251,7 @@ class Sandbox:
         joins = " && ".join(f"echo $$ > {shlex.quote(p)}" for p in space.cgroup.procs)
         setup = (
             f"{{ {joins} && {shlex.quote(self.tools['keyctl'])} new_session >/dev/null 2>&1 && "
-            f"exec 9< {shlex.quote(str(self.filter))}; }} || "
+            f"exec 9< {shlex.quote(str(self.filter))} && : > {shlex.quote(str(space.work.started))}; }} || "
             '{ echo "schedrl sandbox: the run could not be set up" >&2; exit 125; }; exec "$@"'
         )
         work = space.work.path
@@ -312,6 +312,7 @@ class Sandbox:
             out.truncated or err.truncated,
             None if timed_out else sig,
             memory_peak_mb=space.cgroup.memory_peak() / (1024 * 1024),
+            started=space.work.started.exists(),
         )
 
 

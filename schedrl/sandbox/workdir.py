@@ -51,6 +51,12 @@ class WorkDir:
     def work(self) -> Path:
         return self.path / "work"
 
+    @property
+    def started(self) -> Path:
+        """Made by the run's setup as root once it is in its cgroup, out of the run's reach (only
+        `work/`, `tmp/` and `shm/` are bound into it): the run got as far as the program's chain."""
+        return self.path / "started"
+
     def populate(self, files: Mapping[str, str | bytes]) -> None:
         """Write `files` (relative paths) into the working directory, owned by the run's uid."""
         root = self.work.resolve()
