@@ -98,16 +98,11 @@ LARGEST = 10**6  # elements or digits an operation on the host may produce
 
 
 def _bounded_mult(a: Any, b: Any) -> Any:
-    n = (
-        b
-        if isinstance(a, str | bytes | list | tuple)
-        else a
-        if isinstance(b, str | bytes | list | tuple)
-        else None
-    )
+    sequences = str | bytes | list | tuple
+    n = b if isinstance(a, sequences) else a if isinstance(b, sequences) else None
     if isinstance(n, int) and n > LARGEST:
         raise ValueError("a repetition too large to judge")
-    return a * b
+    return operator.mul(a, b)
 
 
 def _bounded_mod(a: Any, b: Any) -> Any:
