@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from schedrl.sandbox import cgroups
+from schedrl.sandbox import Sandbox, cgroups
 from schedrl.sandbox.sandbox import BASE_DIR, live_processes, unavailable_reason
 
 REASON = unavailable_reason()
@@ -19,6 +19,22 @@ def mounts() -> list[str]:
         line.split(" - ")[0].split(" ", 4)[4]
         for line in Path("/proc/self/mountinfo").read_text().splitlines()
     )
+
+
+def confined_box(slot: int):
+    """A fixture: a `Sandbox` on `slot` that, after the test, must have left nothing behind."""
+
+    @pytest.fixture
+    def box():
+        before = mounts()
+        b = Sandbox(slot=slot)
+        try:
+            yield b
+            assert_nothing_left(b.uid, before)
+        finally:
+            b.close()
+
+    return box
 
 
 def assert_nothing_left(uid: int, before: list[str]) -> None:
@@ -51,3 +67,15 @@ def within(seconds: float, fn, *args, **kwargs):
     if not ok:
         raise value
     return value
+
+
+def run_unheard(box, code: str, server):
+    """Run `code` and check that the host's listening `server` (timeout set) heard from nobody; the
+    server is closed either way."""
+    try:
+        result = box.run(code=code)
+        with pytest.raises(TimeoutError):
+            server.accept()
+    finally:
+        server.close()
+    return result

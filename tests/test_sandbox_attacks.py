@@ -13,24 +13,21 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from schedrl.sandbox import Limits, Sandbox, seccomp
 from schedrl.sandbox.sandbox import BASE_DIR, live_processes
-from tests.sandbox_support import assert_nothing_left, mounts, needs_sandbox, within
+from tests.sandbox_support import (
+    assert_nothing_left,
+    confined_box,
+    mounts,
+    needs_sandbox,
+    run_unheard,
+    within,
+)
 
 pytestmark = needs_sandbox
 
 
-@pytest.fixture
-def box():
-    before = mounts()
-    b = Sandbox(slot=51)
-    try:
-        yield b
-        assert_nothing_left(b.uid, before)
-    finally:
-        b.close()
+box = confined_box(slot=51)
 
 
 LEAVES_ITS_SESSION = (
@@ -226,11 +223,8 @@ def test_pathname_unix_sockets_of_the_host_are_unreachable(tmp_path):
         "a.sendall(b'ok'); print(b.recv(2).decode())\n"  # a connected stream pair still works
     )
     try:
-        r = box.run(code=code)
-        with pytest.raises(TimeoutError):
-            server.accept()
+        r = run_unheard(box, code, server)
     finally:
-        server.close()
         box.close()
     assert r.stdout.splitlines() == ["blocked 97", "blocked 97", "blocked 1", "ok"], r.stdout + r.stderr
 

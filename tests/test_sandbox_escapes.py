@@ -21,20 +21,12 @@ import pytest
 
 from schedrl.sandbox import Limits, Sandbox, SandboxPool
 from schedrl.sandbox.sandbox import BASE_DIR
-from tests.sandbox_support import assert_nothing_left, mounts, needs_sandbox
+from tests.sandbox_support import confined_box, needs_sandbox, run_unheard
 
 pytestmark = needs_sandbox
 
 
-@pytest.fixture
-def box():
-    before = mounts()
-    b = Sandbox(slot=41)
-    try:
-        yield b
-        assert_nothing_left(b.uid, before)
-    finally:
-        b.close()
+box = confined_box(slot=41)
 
 
 def test_a_plain_run_returns_output_exit_code_and_time(box):
@@ -85,12 +77,7 @@ def test_no_connection_to_a_listener_on_the_hosts_loopback(box):
         "except OSError as e:\n"
         "    print('blocked', type(e).__name__)\n"
     )
-    try:
-        r = box.run(code=code)
-        with pytest.raises(TimeoutError):
-            server.accept()
-    finally:
-        server.close()
+    r = run_unheard(box, code, server)
     assert r.stdout.startswith("blocked")
 
 
