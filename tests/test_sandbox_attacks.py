@@ -292,6 +292,9 @@ def test_denied_system_calls_fail_inside_and_work_outside(box):
         "    'vsock': errno_of(libc.socket(40, 1, 0)),\n"
         "    'packet': errno_of(libc.socket(17, 3, 0)),\n"
         "    'tcp': errno_of(libc.socket(2, 1, 0) and 0),\n"
+        "    'netlink': errno_of(libc.socket(16, 3, 2)),\n"  # NETLINK_USERSOCK
+        "    'sctp': errno_of(libc.socket(2, 5, 132)),\n"
+        "    'mptcp': errno_of(libc.socket(2, 1, 262)),\n"
         "}\n"
         "t = threading.Thread(target=lambda: None); t.start(); t.join()\n"  # threads still start
         "pid = os.fork()\n"
@@ -315,6 +318,9 @@ def test_denied_system_calls_fail_inside_and_work_outside(box):
         "vsock": 97,  # EAFNOSUPPORT: vsock would leave the machine whatever the network namespace
         "packet": 97,
         "tcp": 0,  # TCP on its own loopback still works
+        "netlink": 97,  # its buffers are charged to no cgroup
+        "sctp": 1,
+        "mptcp": 1,
     }
     # the same uid, unconfined, may make a user namespace: the filter is what refused it inside
     unconfined = subprocess.run(

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 
 import pytest
 
@@ -51,6 +53,28 @@ def test_a_probe_that_raised_or_is_unreadable_fails_its_check_even_negated():
     assert isinstance(decode(nested), ProbeError)  # deeper than 64: unreadable
     assert judge(compile_checks(["f(0) < 2"])[0][0], ["a"]) is False  # mismatched types fail, not raise
     assert judge(compile_checks(["f(0) * 10**9 == ''"])[0][0], ["x"]) is False  # too large to judge
+    assert judge(compile_checks(["f(2) * f(3) == f(6)"])[0][0], ["x" * 500, 10**6, ""]) is False
+    colliding = [k * (2**61 - 1) for k in range(1, 1000)]  # all hash to 0: a set of them costs n**2
+    assert isinstance(decode({"set": colliding}), ProbeError)
+    assert isinstance(decode({"dict": [[k, 0] for k in colliding]}), ProbeError)
+    assert judge(compile_checks(["set(f(1)) == {0}"])[0][0], [colliding]) is False
+    assert decode({"set": list(range(1000))}) == set(range(1000))  # distinct hashes are fine
+
+
+def test_expected_values_computed_in_the_test_are_computed_on_the_host():
+    tests = [
+        "f(3) == pow(2, 10)",
+        "f(5) == list(range(5))",
+        "abs(f(2) - math.log(2)) < 1e-9",
+        "f(4) == math.factorial(4)",
+        "f(1) == frozenset({1, 2})",
+        "f(6) == pow(2, 10, 7)",
+    ]
+    checks, probes = compile_checks(tests)
+    assert probes == ["f(3)", "f(5)", "f(2)", "f(4)", "f(1)", "f(6)"]  # nothing of the expected side
+    right = [1024, [0, 1, 2, 3, 4], math.log(2), 24, {1, 2}, 2]
+    assert [judge(c, right) for c in checks] == [True] * 6
+    assert [judge(c, [0] * 6) for c in checks] == [False] * 6
 
 
 def test_tests_the_host_cannot_judge_are_refused_with_the_test_named():
@@ -58,6 +82,14 @@ def test_tests_the_host_cannot_judge_are_refused_with_the_test_named():
         compile_checks(["all(f(x) == y for x, y in [(1, 2), (2, 7)])"])
     with pytest.raises(ValueError, match=r"would run `lambda v: v > 1` beside the solution"):
         compile_checks(["f(lambda v: v > 1) == 2"])
+    for test, name in [
+        ('f("x") == "hello".upper()', "no name of the solution's"),
+        ("abs(f(2) - math.gamma(3)) < 1e-9", "Python's own `math`"),
+        ("f(3) == sys.maxsize", "Python's own `sys`"),
+        ("f(3) == open('x').read()", "Python's own `open`"),
+    ]:  # each would run beside the solution, which could answer for it
+        with pytest.raises(ValueError, match=f"uses `.*`, which names {re.escape(name)}"):
+            compile_checks([test])
     with pytest.raises(ValueError, match="test '1 == 1' does not call the solution"):
         compile_checks(["1 == 1"])
     with pytest.raises(ValueError, match=r"test 'f\(' is not a Python expression"):
@@ -127,6 +159,26 @@ def test_patching_builtins_and_the_harness_cannot_pass_a_wrong_answer():
         run_tests(right, ["f(2) - 7 == 0", "abs(f(2) - 7) < 1e-6", "[f(1) == 2, f(2) == 7] == [True, True]"])
         == 1.0
     )
+
+
+@needs_sandbox
+def test_a_solution_that_rewrites_the_whole_report_still_reports_only_its_own_values():
+    rewrite = (
+        "import json\n"
+        "_dump = json.dump\n"
+        "json.dump = lambda out, f, *a, **k: _dump([['value', 0] for _ in out], f)\n"
+        "def pow(a, b):\n    return 0\n"
+        "def f(x):\n    return None\n"
+    )
+    tests = [
+        "f(3) == pow(2, 10)",
+        "f(5) == list(range(5))",
+        "f(4) == math.factorial(4)",
+        "f(1) == 0 * pow(2, 3)",
+    ]
+    assert run_tests(rewrite, tests, partial=True) == 0.25  # only the last: its expected value is 0
+    surrogate = "def f(x):\n    return '\udc80'\n"  # a lone surrogate in the solution: scored, not raised
+    assert run_tests(surrogate, ["f(1) == 1"]) == 0.0
 
 
 @needs_sandbox

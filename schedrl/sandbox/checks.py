@@ -8,10 +8,13 @@ literals, arithmetic, comparisons, `and`/`or`/`not`, conditionals, indexing, and
 enter the sandbox and no comparison runs there: the solution can only change the values its probes
 produce, and a test passes only if those values are right.
 
-Refused, with the test named: a probe holding a comparison, a boolean operator, a conditional, a
-comprehension or a lambda (``all(f(x) == y for x, y in cases)``: that comparison would run beside the
-solution, which could make it true; write one test per case), and a test that calls nothing of the
-solution's.
+Refused, with the test named: a part the host does not evaluate that is not the solution's
+(``"a".upper()``, ``math.gamma(3)``, ``sys.maxsize``: it would run beside the solution, which could
+answer for it; compute the value in the test), a probe holding a comparison, a boolean operator, a
+conditional, a comprehension or a lambda (``all(f(x) == y for x, y in cases)``: that comparison would
+run beside the solution, which could make it true; write one test per case), and a test that calls
+nothing of the solution's. A probe's arguments run beside the solution too: keep expected values out
+of them.
 
 References: the probe/verdict split is this project's; HumanEval's `check(candidate)` tests are the
 shape it is checked on (``assert abs(candidate(x) - y) < 1e-6``).
@@ -54,37 +57,26 @@ COMPARE: dict[type, Callable[[Any, Any], Any]] = {
     ast.Is: operator.is_,
     ast.IsNot: operator.is_not,
 }
-FUNCTIONS = {  # pure on plain data, and bounded by the size of what they are given
+FUNCTIONS: dict[str, Callable[..., Any]] = {  # pure on plain data, bounded by what they are given
     n: getattr(builtins, n)
-    for n in [
-        "abs",
-        "all",
-        "any",
-        "bool",
-        "chr",
-        "divmod",
-        "float",
-        "int",
-        "isinstance",
-        "len",
-        "list",
-        "max",
-        "min",
-        "ord",
-        "repr",
-        "reversed",
-        "round",
-        "set",
-        "sorted",
-        "str",
-        "sum",
-        "tuple",
-        "type",
-        "dict",
-    ]
+    for n in ("abs", "all", "any", "bool", "chr", "divmod", "float", "int", "isinstance", "len", "list")
+    + ("max", "min", "ord", "repr", "reversed", "round", "sorted", "str", "sum", "tuple", "type", "range")
 }
-MATH = {
-    n: getattr(math, n) for n in ["isclose", "isnan", "isinf", "isfinite", "floor", "ceil", "sqrt", "fabs"]
+FUNCTIONS |= {
+    "set": lambda *a: set(_hashed(*a)),
+    "frozenset": lambda *a: frozenset(_hashed(*a)),
+    "dict": lambda *a: dict(_hashed(*a, pairs=True)),
+    "pow": lambda a, b, mod=None: _bounded_pow(a, b) if mod is None else pow(a, b, mod),
+}
+MATH: dict[str, Callable[..., Any]] = {
+    n: getattr(math, n)
+    for n in ("isclose", "isnan", "isinf", "isfinite", "floor", "ceil", "sqrt", "fabs", "log", "log2")
+    + ("log10", "exp", "hypot", "gcd", "trunc")
+}
+MATH |= {
+    "factorial": lambda n: math.factorial(_small(n)),
+    "comb": lambda n, k: math.comb(_small(n), k),
+    "perm": lambda n, k=None: math.perm(_small(n), k),
 }
 MATH_CONSTANTS = {n: getattr(math, n) for n in ("inf", "nan", "pi", "e", "tau")}
 TYPES = {
@@ -95,14 +87,38 @@ KEYWORDS = {"sorted": {"reverse"}, "round": {"ndigits"}, "isclose": {"rel_tol", 
 INSIDE_ONLY = (ast.Compare, ast.BoolOp, ast.IfExp, ast.Lambda, ast.NamedExpr, ast.ListComp, ast.SetComp)
 INSIDE_ONLY += (ast.DictComp, ast.GeneratorExp, ast.Await, ast.Yield, ast.YieldFrom)
 LARGEST = 10**6  # elements or digits an operation on the host may produce
+SAME_HASH = 32  # items of one hash a set or dict built on the host may hold (equal hashes cost n**2)
+MODULES = "math cmath sys os string re json itertools functools collections operator random statistics"
+RESERVED = set(dir(builtins)) | set((MODULES + " decimal fractions numpy np").split())
 
 
 def _bounded_mult(a: Any, b: Any) -> Any:
     sequences = str | bytes | list | tuple
-    n = b if isinstance(a, sequences) else a if isinstance(b, sequences) else None
-    if isinstance(n, int) and n > LARGEST:
+    seq, n = (a, b) if isinstance(a, sequences) else (b, a) if isinstance(b, sequences) else (None, None)
+    if isinstance(n, int) and seq is not None and len(seq) * n > LARGEST:
         raise ValueError("a repetition too large to judge")
     return operator.mul(a, b)
+
+
+def _small(n: Any) -> Any:
+    if isinstance(n, int) and n > 10_000:
+        raise ValueError("too large to judge")
+    return n
+
+
+def _hashed(items: Any = (), pairs: bool = False) -> list:
+    """`items` as a list, refused when many share one hash: a set or dict of n items of one hash takes
+    n**2 steps to build (integers k * (2**61 - 1) all hash to 0), holding the host's GIL."""
+    items = list(items.items() if isinstance(items, dict) else items)
+    _check_size(items)
+    keys = sorted(hash(k[0] if pairs else k) for k in items)  # sorting, not hashing, finds the runs
+    run = longest = 1
+    for prev, cur in zip(keys, keys[1:], strict=False):
+        run = run + 1 if cur == prev else 1
+        longest = max(longest, run)
+    if keys and longest > SAME_HASH:
+        raise ValueError("too many items of one hash to judge")
+    return items
 
 
 def _bounded_mod(a: Any, b: Any) -> Any:
@@ -178,10 +194,24 @@ class _Split(ast.NodeTransformer):
                     f"run_tests: test {self.test!r} would run `{ast.unparse(inner)}` beside the solution, "
                     "which could make it true: compare outside the solution's calls, one test per case"
                 )
+        root = _root(node)
+        if root is None or root in RESERVED:
+            what = f"Python's own `{root}`" if root else "no name of the solution's"
+            raise ValueError(
+                f"run_tests: test {self.test!r} uses `{ast.unparse(node)}`, which names {what}: the host "
+                "does not evaluate it and the solution could answer for it; compute that value in the test"
+            )
         source = ast.unparse(node)
         if source not in self.probes:  # one evaluation per distinct probe
             self.probes.append(source)
         return ast.copy_location(ast.Name(f"__probe_{self.probes.index(source)}", ast.Load()), node)
+
+
+def _root(node: ast.expr) -> str | None:
+    """The name a probe starts from (`f` of `f(2)`, `obj.run(1)[0]`), None for anything else."""
+    while isinstance(node, ast.Call | ast.Attribute | ast.Subscript):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def _host_node(node: ast.expr) -> bool:
@@ -240,11 +270,13 @@ def _evaluate(node: ast.expr, values: Sequence[Any]) -> Any:
         )
     if isinstance(node, ast.Constant):
         return node.value
-    if isinstance(node, ast.List | ast.Tuple | ast.Set):
-        items = [ev(e) for e in node.elts]
-        return {ast.List: list, ast.Tuple: tuple, ast.Set: set}[type(node)](items)
+    if isinstance(node, ast.List | ast.Tuple):
+        return (list if isinstance(node, ast.List) else tuple)(ev(e) for e in node.elts)
+    if isinstance(node, ast.Set):
+        return set(_hashed([ev(e) for e in node.elts]))
     if isinstance(node, ast.Dict):
-        return {ev(k): ev(v) for k, v in zip(node.keys, node.values, strict=True)}  # type: ignore[arg-type]
+        pairs = [(ev(k), ev(v)) for k, v in zip(node.keys, node.values, strict=True)]  # type: ignore[arg-type]
+        return dict(_hashed(pairs, pairs=True))
     if isinstance(node, ast.UnaryOp):
         return UNARY[type(node.op)](ev(node.operand))
     if isinstance(node, ast.BinOp):
@@ -275,14 +307,15 @@ def _evaluate(node: ast.expr, values: Sequence[Any]) -> Any:
     if isinstance(node, ast.Call):
         name = _function_name(node.func)
         function = MATH[name] if isinstance(node.func, ast.Attribute) else FUNCTIONS[name]  # type: ignore[index]
-        if name in ("list", "tuple", "set", "sorted", "sum", "str") and node.args:
-            _check_size(ev(node.args[0]))
-        return function(*(ev(a) for a in node.args), **{k.arg: ev(k.value) for k in node.keywords})  # type: ignore[misc]
+        args = [ev(a) for a in node.args]
+        if name in ("list", "tuple", "sorted", "sum", "str", "max", "min", "all", "any") and args:
+            _check_size(args[0])
+        return function(*args, **{k.arg: ev(k.value) for k in node.keywords})  # type: ignore[misc]
     raise TypeError(f"not judged on the host: {ast.unparse(node)}")
 
 
 def _check_size(value: Any) -> None:
-    if isinstance(value, str | bytes | list | tuple | set | dict) and len(value) > LARGEST:
+    if isinstance(value, str | bytes | list | tuple | set | dict | range) and len(value) > LARGEST:
         raise ValueError("too large to judge")
 
 
@@ -310,9 +343,9 @@ def decode(value: Any, depth: int = 0) -> Any:
         if tag == "tuple":
             return tuple(items)
         if tag == "set":
-            return set(items)
+            return set(_hashed(items))
         if tag == "dict":
-            return {k: v for k, v in items}
+            return dict(_hashed([tuple(kv) for kv in items], pairs=True))
     except (TypeError, ValueError):
         pass
     return UNREADABLE

@@ -12,13 +12,14 @@ Denied with EPERM: kernel keyrings (`keyctl`, `add_key`, `request_key`), io_urin
 swap, accounting, quotas, `userfaultfd`, file handles). `clone3` answers ENOSYS: its flags sit in
 memory a filter cannot read, and C libraries fall back to `clone` on ENOSYS, which is checked.
 
-Sockets: TCP (IPv4 and IPv6, on the run's own loopback) and netlink only. A pathname socket of the
-host (in an exposed directory, say) is reachable from any network namespace, so `socket(AF_UNIX)`
-answers EAFNOSUPPORT, as do vsock (it leaves the machine) and every other family, and `socketpair`
-makes connected stream and seqpacket pairs only (a datagram pair could be aimed at a path). UDP
-answers EPERM: its buffers are not charged to a v1 memory cgroup (TCP's are, to `kmem.tcp`). What that
-costs a run: syslog, UDP, and multiprocessing's forkserver and listeners; pipes, `fork`, asyncio,
-`ProcessPoolExecutor` under fork and TCP servers on its own loopback work.
+Sockets: TCP (IPv4 and IPv6, on the run's own loopback) only. A pathname socket of the host (in an
+exposed directory, say) is reachable from any network namespace, so `socket(AF_UNIX)` answers
+EAFNOSUPPORT, as do vsock (it leaves the machine), netlink and every other family, and `socketpair`
+makes connected stream and seqpacket pairs only (a datagram pair could be aimed at a path). UDP,
+SCTP and the other protocols answer EPERM: their buffers, like netlink's, are charged to no v1
+memory cgroup (TCP's are, to `kmem.tcp`). What that costs a run: syslog, UDP, netlink (the C
+library then assumes both address families), and multiprocessing's forkserver and listeners; pipes,
+`fork`, asyncio, `ProcessPoolExecutor` under fork and TCP servers on its own loopback work.
 """
 
 from __future__ import annotations
@@ -53,11 +54,11 @@ NEW_NAMESPACE_FLAGS = {  # <linux/sched.h>
     "CLONE_NEWPID": 0x20000000,
     "CLONE_NEWNET": 0x40000000,
 }
-AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_MAX = 1, 2, 10, 16, 64  # <linux/socket.h>; AF_MAX with room
-SOCKET_FAMILIES = (AF_INET, AF_INET6, AF_NETLINK)
-SOCK_DGRAM, SOCK_TYPE_MASK = 2, 0xF
+AF_UNIX, AF_INET, AF_INET6, AF_MAX = 1, 2, 10, 64  # <linux/socket.h>; AF_MAX with room to spare
+SOCKET_FAMILIES = (AF_INET, AF_INET6)
+SOCK_STREAM, SOCK_DGRAM, SOCK_TYPE_MASK, IPPROTO_TCP = 1, 2, 0xF, 6
 SCMP_ACT_ALLOW = 0x7FFF0000
-SCMP_CMP_EQ, SCMP_CMP_MASKED_EQ = 4, 7
+SCMP_CMP_EQ, SCMP_CMP_GT, SCMP_CMP_MASKED_EQ = 4, 6, 7
 
 
 def SCMP_ACT_ERRNO(code: int) -> int:
@@ -120,20 +121,26 @@ def compile_filter() -> bytes:
         for flag in NEW_NAMESPACE_FLAGS.values():  # clone(flags, ...): flags is argument 0 on x86_64
             rule(SCMP_ACT_ERRNO(errno.EPERM), "clone", _ArgCmp(0, SCMP_CMP_MASKED_EQ, flag, flag))
         rule(SCMP_ACT_ERRNO(errno.ENOSYS), "clone3")
-        # sockets: TCP over the run's own loopback, and netlink (the C library asks it about
-        # interfaces); every other family answers EAFNOSUPPORT (a pathname socket is reached through
-        # AF_UNIX whatever network namespace the run is in, and vsock leaves the machine), and
-        # datagrams EPERM (UDP buffers are not charged to a v1 memory cgroup)
+        # sockets: TCP over the run's own loopback only. Every other family answers EAFNOSUPPORT (a
+        # pathname socket is reached through AF_UNIX whatever network namespace the run is in, vsock
+        # leaves the machine, netlink's buffers are charged to no cgroup), and every other type or
+        # protocol of IPv4 and IPv6 EPERM (UDP's and SCTP's buffers escape a v1 memory cgroup too)
         for family in range(AF_MAX):
             if family not in SOCKET_FAMILIES:
                 rule(SCMP_ACT_ERRNO(errno.EAFNOSUPPORT), "socket", _ArgCmp(0, SCMP_CMP_EQ, family, 0))
-        for family in (AF_INET, AF_INET6):
-            rule(
-                SCMP_ACT_ERRNO(errno.EPERM),
-                "socket",
-                _ArgCmp(0, SCMP_CMP_EQ, family, 0),
-                _ArgCmp(1, SCMP_CMP_MASKED_EQ, SOCK_TYPE_MASK, SOCK_DGRAM),
-            )
+        for family in SOCKET_FAMILIES:
+            same = _ArgCmp(0, SCMP_CMP_EQ, family, 0)
+            for kind in range(SOCK_TYPE_MASK + 1):
+                if kind != SOCK_STREAM:
+                    rule(
+                        SCMP_ACT_ERRNO(errno.EPERM),
+                        "socket",
+                        same,
+                        _ArgCmp(1, SCMP_CMP_MASKED_EQ, SOCK_TYPE_MASK, kind),
+                    )
+            for protocol in range(1, IPPROTO_TCP):  # 0 (the default) and TCP itself pass
+                rule(SCMP_ACT_ERRNO(errno.EPERM), "socket", same, _ArgCmp(2, SCMP_CMP_EQ, protocol, 0))
+            rule(SCMP_ACT_ERRNO(errno.EPERM), "socket", same, _ArgCmp(2, SCMP_CMP_GT, IPPROTO_TCP, 0))
         rule(
             SCMP_ACT_ERRNO(errno.EPERM),
             "socketpair",

@@ -28,6 +28,7 @@ from schedrl.sandbox.pool import SandboxPool
 _POOL: SandboxPool | None = None
 RESULTS = "probes.out.json"
 REPORT_BYTES = 4 << 20  # a longer report is no report: the host never parses more
+SOLUTION_CHARS = 1 << 20
 HARNESS = f"""\
 import json, numbers
 with open("probes.json") as f:
@@ -116,6 +117,8 @@ def run_tests(
     if not tests:
         raise ValueError("run_tests: no tests given")
     checks, probes = compile_checks(tests)
+    if len(solution) > SOLUTION_CHARS:
+        return 0.0  # no program that long is an answer, and it would not fit the run's disk
     pool = pool or default_pool()
     result = pool.run_sync(
         code=HARNESS,

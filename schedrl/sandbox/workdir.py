@@ -68,7 +68,10 @@ class WorkDir:
                 if not (root / parent).exists():
                     (root / parent).mkdir()
                     os.chown(root / parent, self.uid, self.uid)
-            path.write_bytes(content.encode() if isinstance(content, str) else content)
+            # surrogatepass: a lone surrogate (text the caller did not choose) is written, not raised
+            path.write_bytes(
+                content.encode("utf-8", "surrogatepass") if isinstance(content, str) else content
+            )
             os.chown(path, self.uid, self.uid)
 
     def collect(self, names: Sequence[str], cap: int) -> dict[str, bytes]:
