@@ -13,9 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from schedrl.sandbox import Limits, Sandbox, seccomp
-from schedrl.sandbox.sandbox import BASE_DIR, live_processes
-from tests.sandbox_support import (
+from sandbox_support import (
     assert_nothing_left,
     confined_box,
     mounts,
@@ -23,6 +21,9 @@ from tests.sandbox_support import (
     run_unheard,
     within,
 )
+
+from schedrl.sandbox import Limits, Sandbox, seccomp
+from schedrl.sandbox.sandbox import BASE_DIR, live_processes
 
 pytestmark = needs_sandbox
 

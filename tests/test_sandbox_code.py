@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from sandbox_support import needs_sandbox, within
 
 from schedrl.envs import make_env, make_task
 from schedrl.envs.tools import make_tool
@@ -12,7 +13,6 @@ from schedrl.sandbox import Limits, SandboxPool
 from schedrl.sandbox.sandbox import BASE_DIR
 from schedrl.sandbox.tools import python
 from schedrl.sandbox.unit_tests import SandboxError, run_tests
-from tests.sandbox_support import needs_sandbox, within
 
 pytestmark = needs_sandbox
 

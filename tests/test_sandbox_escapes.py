@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
+from sandbox_support import confined_box, needs_sandbox, run_unheard
 
 from schedrl.sandbox import Limits, Sandbox, SandboxPool
 from schedrl.sandbox.sandbox import BASE_DIR
-from tests.sandbox_support import confined_box, needs_sandbox, run_unheard
 
 pytestmark = needs_sandbox
 

@@ -8,10 +8,10 @@ import math
 import re
 
 import pytest
+from sandbox_support import needs_sandbox
 
 from schedrl.sandbox.checks import ProbeError, compile_checks, decode, judge
 from schedrl.sandbox.unit_tests import REPORT_BYTES, read_report, run_tests
-from tests.sandbox_support import needs_sandbox
 
 
 def test_a_test_is_split_into_probes_that_run_inside_and_a_verdict_the_host_reaches():

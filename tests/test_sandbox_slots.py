@@ -42,7 +42,7 @@ def test_the_sandbox_runs_where_ci_requires_it():
     """.ci/run installs what the sandbox needs: there the escape suite must run, not skip."""
     import os
 
-    from tests.sandbox_support import REASON
+    from sandbox_support import REASON
 
     if os.environ.get("SCHEDRL_REQUIRE_SANDBOX"):
         assert not REASON, REASON
