@@ -63,9 +63,9 @@ def interpreter_paths(python: str) -> list[str]:
     for name, module in list(sys.modules.items()):  # setuptools' editable finders map a package to its source
         if name.startswith("__editable__") and isinstance(getattr(module, "MAPPING", None), dict):
             paths |= {str(v) for v in module.MAPPING.values() if os.path.isdir(str(v))}
-    import schedrl
-
-    paths.add(str(Path(schedrl.__file__).resolve().parent))  # a server inside may be `-m schedrl...`
+    paths.add(
+        str(Path(__file__).resolve().parents[1])
+    )  # schedrl's own source: a server may be `-m schedrl...`
     return sorted(paths)
 
 
