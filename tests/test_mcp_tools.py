@@ -160,5 +160,6 @@ def test_a_server_started_inside_the_sandbox_is_confined_and_leaves_nothing_behi
     assert not run_dir.exists()
     assert MCPServer.of({**SERVER, "sandbox": {"devices": "gpu"}}).devices == "gpu"  # GPU nodes only if asked
     assert MCPServer.of({**SERVER, "sandbox": True}).devices == ()
+    assert MCPServer.of({**SERVER, "sandbox": {"devices": "/dev/nvidia0"}}).devices == ("/dev/nvidia0",)
     with pytest.raises(ValueError, match="unknown sandbox key"):
         MCPServer.of({**SERVER, "sandbox": {"memory": 1}})

@@ -271,7 +271,7 @@ def test_denied_system_calls_fail_inside_and_work_outside(box):
     lib = seccomp._library()
     nrs = {
         n: lib.seccomp_syscall_resolve_name(n.encode())
-        for n in ("io_uring_setup", "bpf", "perf_event_open", "clone3")
+        for n in ("io_uring_setup", "bpf", "perf_event_open", "clone3", "socket")
     }
     code = (
         "import ctypes, json, os, threading\n"
@@ -296,6 +296,8 @@ def test_denied_system_calls_fail_inside_and_work_outside(box):
         "    'netlink': errno_of(libc.socket(16, 3, 2)),\n"  # NETLINK_USERSOCK
         "    'sctp': errno_of(libc.socket(2, 5, 132)),\n"
         "    'mptcp': errno_of(libc.socket(2, 1, 262)),\n"
+        "    'wide_vsock': errno_of(libc.syscall(nr['socket'], ctypes.c_long((1 << 32) | 40), 1, 0)),\n"
+        "    'wide_udp': errno_of(libc.syscall(nr['socket'], ctypes.c_long((1 << 32) | 2), 2, 0)),\n"
         "}\n"
         "t = threading.Thread(target=lambda: None); t.start(); t.join()\n"  # threads still start
         "pid = os.fork()\n"
@@ -322,6 +324,8 @@ def test_denied_system_calls_fail_inside_and_work_outside(box):
         "netlink": 97,  # its buffers are charged to no cgroup
         "sctp": 1,
         "mptcp": 1,
+        "wide_vsock": 97,  # a family with high bits set: the kernel reads its low 32, the filter all 64
+        "wide_udp": 97,
     }
     # the same uid, unconfined, may make a user namespace: the filter is what refused it inside
     unconfined = subprocess.run(

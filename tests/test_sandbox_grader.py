@@ -14,13 +14,19 @@ from schedrl.sandbox.checks import ProbeError, compile_checks, decode, judge
 from schedrl.sandbox.unit_tests import REPORT_BYTES, read_report, run_tests
 
 
+def _values(probes: list[str], table: dict[str, object]) -> list:
+    return [table[p] for p in probes]
+
+
 def test_a_test_is_split_into_probes_that_run_inside_and_a_verdict_the_host_reaches():
     tests = ["f(2) == 7", "0 < g(1, 'a') <= 9", "not h()", "f(2) == 8 or k([1, 2])", "abs(f(2) - 7.5) < 1e-6"]
     checks, probes = compile_checks(tests)
-    assert probes == ["f(2)", "g(1, 'a')", "h()", "k([1, 2])"]  # one evaluation per distinct probe
+    assert probes == ["f(2)", "g(1, 'a')", "h()", "f(2)", "k([1, 2])", "f(2)"]  # each in its place
     assert not any(n in p for p in probes for n in ("7", "9", "8"))  # expected values never enter
-    assert [judge(c, [7, 9, [], [0]]) for c in checks] == [True, True, True, True, False]
-    assert [judge(c, [7.5, 10, [1], []]) for c in checks] == [False, False, False, False, True]
+    right = _values(probes, {"f(2)": 7, "g(1, 'a')": 9, "h()": [], "k([1, 2])": [0]})
+    assert [judge(c, right) for c in checks] == [True, True, True, True, False]
+    other = _values(probes, {"f(2)": 7.5, "g(1, 'a')": 10, "h()": [1], "k([1, 2])": []})
+    assert [judge(c, other) for c in checks] == [False, False, False, False, True]
 
 
 def test_the_host_judges_arithmetic_builtins_and_indexing_on_plain_data():
@@ -33,11 +39,14 @@ def test_the_host_judges_arithmetic_builtins_and_indexing_on_plain_data():
         "isinstance(f(1), int) and type(f(1)) == int",
         "f(1) == f(1.0)",
         "f(2) == 7.5 if True else False",
+        "f(4) == {frozenset({1, 2}): (3, 4)} and round(f(2), 0) == 8.0",
     ]
     checks, probes = compile_checks(tests)
-    assert probes == ["f(2)", "f(1)", "f(3)", "f(1.0)"]
-    assert [judge(c, [7.5, 2, [3, 1, 2], 2]) for c in checks] == [True] * 8
-    assert [judge(c, [7.4, 2.0, [3, 1], 1]) for c in checks] == [False] * 8
+    assert set(probes) == {"f(2)", "f(1)", "f(3)", "f(1.0)", "f(4)"}
+    right = {"f(2)": 7.5, "f(1)": 2, "f(3)": [3, 1, 2], "f(1.0)": 2, "f(4)": {frozenset({1, 2}): (3, 4)}}
+    assert [judge(c, _values(probes, right)) for c in checks] == [True] * 9
+    wrong = {"f(2)": 7.4, "f(1)": 2.0, "f(3)": [3, 1], "f(1.0)": 1, "f(4)": {}}
+    assert [judge(c, _values(probes, wrong)) for c in checks] == [False] * 9
 
 
 def test_a_probe_that_raised_or_is_unreadable_fails_its_check_even_negated():
@@ -59,6 +68,9 @@ def test_a_probe_that_raised_or_is_unreadable_fails_its_check_even_negated():
     assert isinstance(decode({"dict": [[k, 0] for k in colliding]}), ProbeError)
     assert judge(compile_checks(["set(f(1)) == {0}"])[0][0], [colliding]) is False
     assert decode({"set": list(range(1000))}) == set(range(1000))  # distinct hashes are fine
+    assert decode({"set": [0] * 1000}) == {0}  # and so are equal items
+    assert decode({"frozenset": [1, {"frozenset": [2]}]}) == frozenset({1, frozenset({2})})
+    assert judge(compile_checks(["set(range(f(1))) == {0}"])[0][0], [10**9]) is False  # too large
 
 
 def test_expected_values_computed_in_the_test_are_computed_on_the_host():
@@ -72,6 +84,10 @@ def test_expected_values_computed_in_the_test_are_computed_on_the_host():
     ]
     checks, probes = compile_checks(tests)
     assert probes == ["f(3)", "f(5)", "f(2)", "f(4)", "f(1)", "f(6)"]  # nothing of the expected side
+    with pytest.raises(ValueError, match="uses `EXPECTED`, which names no call of the solution's"):
+        compile_checks(["f(3) == EXPECTED"])  # a bare name the solution could define
+    with pytest.raises(ValueError, match="uses `ref`, which names no call"):
+        compile_checks(["f(3) == ref[0]"])
     right = [1024, [0, 1, 2, 3, 4], math.log(2), 24, {1, 2}, 2]
     assert [judge(c, right) for c in checks] == [True] * 6
     assert [judge(c, [0] * 6) for c in checks] == [False] * 6
@@ -83,9 +99,9 @@ def test_tests_the_host_cannot_judge_are_refused_with_the_test_named():
     with pytest.raises(ValueError, match=r"would run `lambda v: v > 1` beside the solution"):
         compile_checks(["f(lambda v: v > 1) == 2"])
     for test, name in [
-        ('f("x") == "hello".upper()', "no name of the solution's"),
-        ("abs(f(2) - math.gamma(3)) < 1e-9", "Python's own `math`"),
-        ("f(3) == sys.maxsize", "Python's own `sys`"),
+        ('f("x") == "hello".upper()', "no call of the solution's"),
+        ("abs(f(2) - math.gamma(3)) < 1e-9", "no call of the solution's"),
+        ("f(3) == sys.maxsize", "no call of the solution's"),
         ("f(3) == open('x').read()", "Python's own `open`"),
     ]:  # each would run beside the solution, which could answer for it
         with pytest.raises(ValueError, match=f"uses `.*`, which names {re.escape(name)}"):

@@ -76,9 +76,9 @@ class RunCgroup:
 
     def kill(self, wait_s: float = 5.0) -> None:
         """SIGKILL every process in the run and wait until none is left. The run's PID namespace dies
-        with its first process, so this ends even under a fork bomb. The tree's root (bubblewrap, a
-        child of the caller's) goes last: it reaps the namespace's first process and exits, where
-        killed together that process would be left for the host's init to reap."""
+        with its first process, so this ends even under a fork bomb. The tree's root (the caller's
+        child, `unshare`) goes last: it reaps the namespace's first process and exits, where killed
+        together that process would be left for the host's init to reap."""
         deadline = time.perf_counter() + wait_s
         spare_until = time.perf_counter() + min(0.5, wait_s)
         while pids := self.pids():

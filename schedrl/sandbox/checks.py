@@ -60,13 +60,16 @@ COMPARE: dict[type, Callable[[Any, Any], Any]] = {
 FUNCTIONS: dict[str, Callable[..., Any]] = {  # pure on plain data, bounded by what they are given
     n: getattr(builtins, n)
     for n in ("abs", "all", "any", "bool", "chr", "divmod", "float", "int", "isinstance", "len", "list")
-    + ("max", "min", "ord", "repr", "reversed", "round", "sorted", "str", "sum", "tuple", "type", "range")
+    + ("max", "min", "ord", "repr", "sorted", "str", "tuple", "range")
 }
 FUNCTIONS |= {
     "set": lambda *a: set(_hashed(*a)),
     "frozenset": lambda *a: frozenset(_hashed(*a)),
     "dict": lambda *a: dict(_hashed(*a, pairs=True)),
     "pow": lambda a, b, mod=None: _bounded_pow(a, b) if mod is None else pow(a, b, mod),
+    "sum": lambda items, start=0: sum(items, _number(start)),  # a list start would make it n**2
+    "round": lambda x, ndigits=None: round(x, None if ndigits is None else max(-100, min(100, ndigits))),
+    "type": lambda x: type(x),
 }
 MATH: dict[str, Callable[..., Any]] = {
     n: getattr(math, n)
@@ -100,6 +103,12 @@ def _bounded_mult(a: Any, b: Any) -> Any:
     return operator.mul(a, b)
 
 
+def _number(x: Any) -> Any:
+    if not isinstance(x, int | float | complex):
+        raise TypeError("sum's start is a number")
+    return x
+
+
 def _small(n: Any) -> Any:
     if isinstance(n, int) and n > 10_000:
         raise ValueError("too large to judge")
@@ -109,15 +118,23 @@ def _small(n: Any) -> Any:
 def _hashed(items: Any = (), pairs: bool = False) -> list:
     """`items` as a list, refused when many share one hash: a set or dict of n items of one hash takes
     n**2 steps to build (integers k * (2**61 - 1) all hash to 0), holding the host's GIL."""
+    _check_size(items)
     items = list(items.items() if isinstance(items, dict) else items)
     _check_size(items)
-    keys = sorted(hash(k[0] if pairs else k) for k in items)  # sorting, not hashing, finds the runs
-    run = longest = 1
-    for prev, cur in zip(keys, keys[1:], strict=False):
-        run = run + 1 if cur == prev else 1
-        longest = max(longest, run)
-    if keys and longest > SAME_HASH:
-        raise ValueError("too many items of one hash to judge")
+    keyed = sorted(((hash(k[0] if pairs else k), i) for i, k in enumerate(items)), key=lambda hk: hk[0])
+    start = 0
+    while start < len(keyed):  # runs of one hash, found by sorting (hashing them is the n**2)
+        end = start
+        while end < len(keyed) and keyed[end][0] == keyed[start][0]:
+            end += 1
+        distinct: list = []  # equal items are cheap to a set; only distinct ones of one hash cost
+        for _, i in keyed[start:end]:
+            key = items[i][0] if pairs else items[i]
+            if not any(key == d for d in distinct):
+                distinct.append(key)
+                if len(distinct) > SAME_HASH:
+                    raise ValueError("too many items of one hash to judge")
+        start = end
     return items
 
 
@@ -196,28 +213,31 @@ class _Split(ast.NodeTransformer):
                 )
         root = _root(node)
         if root is None or root in RESERVED:
-            what = f"Python's own `{root}`" if root else "no name of the solution's"
+            what = f"Python's own `{root}`" if root else "no call of the solution's"
             raise ValueError(
                 f"run_tests: test {self.test!r} uses `{ast.unparse(node)}`, which names {what}: the host "
                 "does not evaluate it and the solution could answer for it; compute that value in the test"
             )
-        source = ast.unparse(node)
-        if source not in self.probes:  # one evaluation per distinct probe
-            self.probes.append(source)
-        return ast.copy_location(ast.Name(f"__probe_{self.probes.index(source)}", ast.Load()), node)
+        self.probes.append(ast.unparse(node))  # each in its place: a solution's calls may keep state
+        return ast.copy_location(ast.Name(f"__probe_{len(self.probes) - 1}", ast.Load()), node)
 
 
 def _root(node: ast.expr) -> str | None:
-    """The name a probe starts from (`f` of `f(2)`, `obj.run(1)[0]`), None for anything else."""
-    while isinstance(node, ast.Call | ast.Attribute | ast.Subscript):
+    """The name a probe calls first (`f` of `f(2)`, `Solution` of `Solution().run(1)[0]`); None when it
+    does not start with a call of a name (`EXPECTED`, `ref[0]`: a name the solution could define)."""
+    while isinstance(node, ast.Attribute | ast.Subscript) or (
+        isinstance(node, ast.Call) and not isinstance(node.func, ast.Name)
+    ):
         node = node.func if isinstance(node, ast.Call) else node.value
-    return node.id if isinstance(node, ast.Name) else None
+    return node.func.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) else None
 
 
 def _host_node(node: ast.expr) -> bool:
     """Whether the host evaluates `node` itself (its children are visited on their own)."""
-    if isinstance(node, ast.Constant | ast.List | ast.Tuple | ast.Set | ast.Dict | ast.Slice):
-        return True
+    if isinstance(node, ast.Dict):
+        return None not in node.keys  # `{**x}` unpacks: not the host's
+    if isinstance(node, ast.Constant | ast.List | ast.Tuple | ast.Set | ast.Slice):
+        return not any(isinstance(e, ast.Starred) for e in getattr(node, "elts", ()))
     if isinstance(node, ast.UnaryOp | ast.BoolOp | ast.Compare | ast.IfExp | ast.Subscript):
         return True
     if isinstance(node, ast.BinOp):
@@ -254,8 +274,8 @@ def judge(check: Check, values: Sequence[Any]) -> bool:
         return False
     try:
         return bool(_evaluate(check.tree, values))
-    except Exception:
-        return False
+    except (ArithmeticError, LookupError, TypeError, ValueError, RecursionError, MemoryError):
+        return False  # plain data the test's operations do not apply to: a failed test
 
 
 def _evaluate(node: ast.expr, values: Sequence[Any]) -> Any:
@@ -332,9 +352,11 @@ def decode(value: Any, depth: int = 0) -> Any:
     if not (isinstance(value, dict) and len(value) == 1):
         return UNREADABLE
     ((tag, body),) = value.items()
+    if tag in ("tuple", "set", "frozenset", "dict", "complex") and not isinstance(body, list):
+        return UNREADABLE
     try:
         if tag == "bytes":
-            return bytes.fromhex(body)
+            return bytes.fromhex(body) if isinstance(body, str) else UNREADABLE
         if tag == "complex":
             return complex(*body)
         items = [decode(v, depth + 1) for v in body]
@@ -344,6 +366,8 @@ def decode(value: Any, depth: int = 0) -> Any:
             return tuple(items)
         if tag == "set":
             return set(_hashed(items))
+        if tag == "frozenset":
+            return frozenset(_hashed(items))
         if tag == "dict":
             return dict(_hashed([tuple(kv) for kv in items], pairs=True))
     except (TypeError, ValueError):

@@ -24,9 +24,10 @@ Each run gets, from bubblewrap, util-linux and the kernel:
 * stdout and stderr capped in bytes (the rest is read and dropped), stdin written on a thread so a
   program that never reads it cannot hold up the clock.
 
-The chain is `sh` (joins the run's cgroup, takes a new session keyring) -> `bwrap` (namespaces, the
-root, the seccomp filter) -> `setpriv` (uid, groups, capabilities, no new privileges) -> `prlimit`
--> the program. It needs root, bubblewrap, keyutils, libseccomp and a writable memory and pids cgroup;
+The chain is `sh` (joins the run's cgroup, takes a new session keyring, opens the filter) ->
+`setpriv --pdeathsig` (the run dies with its trainer) -> `unshare --pid` (reaps what follows) ->
+`bwrap` (namespaces, the root, the seccomp filter; it reports to the host that the program started)
+-> `setpriv` (uid, groups, capabilities, no new privileges) -> `prlimit` -> the program. It needs root, bubblewrap, keyutils, libseccomp and a writable memory and pids cgroup;
 without any of them `Sandbox` raises `SandboxUnavailable` rather than run anything less confined.
 
 `Sandbox(python=sys.executable)` runs this interpreter with its packages (its prefixes, site-packages
@@ -205,8 +206,10 @@ class Sandbox:
             try:
                 cgroup.kill()
             finally:
-                work.remove()
-                cgroup.remove()
+                try:
+                    work.remove()
+                finally:
+                    cgroup.remove()
 
     @contextlib.contextmanager
     def confine(
@@ -218,8 +221,9 @@ class Sandbox:
     ) -> Iterator[list[str]]:
         """The command line that runs `argv` confined, in a fresh working directory holding `files`, for a
         caller that starts the process and talks to it (over stdio) itself; there is no wall-clock limit
-        but the caller's. `env` is added to its environment (PATH only otherwise). On exit every process of
-        the run is killed and its directory removed."""
+        but the caller's. Start it from a thread that outlives it: the run gets a parent-death signal,
+        which the kernel sends when the thread that started it ends. `env` is added to its environment
+        (PATH only otherwise). On exit every process of the run is killed and its directory removed."""
         lim = limits or Limits()
         with self._space(lim) as space:
             space.work.populate(files or {})
@@ -251,7 +255,7 @@ class Sandbox:
         joins = " && ".join(f"echo $$ > {shlex.quote(p)}" for p in space.cgroup.procs)
         setup = (
             f"{{ {joins} && {shlex.quote(self.tools['keyctl'])} new_session >/dev/null 2>&1 && "
-            f"exec 9< {shlex.quote(str(self.filter))} && : > {shlex.quote(str(space.work.started))}; }} || "
+            f"exec 9< {shlex.quote(str(self.filter))} 8> {shlex.quote(str(space.work.status))}; }} || "
             '{ echo "schedrl sandbox: the run could not be set up" >&2; exit 125; }; exec "$@"'
         )
         work = space.work.path
@@ -264,7 +268,7 @@ class Sandbox:
             "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup",
             "--die-with-parent", "--new-session", "--hostname", "sandbox",
             "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP",
-            "--seccomp", "9", "--clearenv", "--setenv", "PATH", PATH,
+            "--seccomp", "9", "--json-status-fd", "8", "--clearenv", "--setenv", "PATH", PATH,
             *(a for k, v in env.items() for a in ("--setenv", k, v)),
             "--perms", "0755", "--dir", "/etc", "--perms", "0755", "--dir", "/var",
             *self._system, "--proc", "/proc", "--dev", "/dev",
@@ -301,18 +305,19 @@ class Sandbox:
         err.join(1.0)
         wall = time.perf_counter() - start
         code = proc.returncode
+        oom = space.cgroup.oom_kills() > 0
         sig = -code if code is not None and code < 0 else (code - 128 if code and code > 128 else None)
         return SandboxResult(
             out.text(),
             err.text(),
             None if timed_out else code,
             timed_out,
-            space.cgroup.oom_kills() > 0,
+            oom,
             wall,
             out.truncated or err.truncated,
             None if timed_out else sig,
             memory_peak_mb=space.cgroup.memory_peak() / (1024 * 1024),
-            started=space.work.started.exists(),
+            started=timed_out or oom or space.work.exec_reported(),
         )
 
 

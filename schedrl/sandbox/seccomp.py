@@ -96,12 +96,16 @@ def _library() -> ctypes.CDLL:
     ]
     lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
     lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    lib.seccomp_version.restype = ctypes.POINTER(ctypes.c_uint * 3)
     return lib
 
 
 def compile_filter() -> bytes:
     """The BPF program (struct sock_filter[]) of the filter above, for the native architecture."""
     lib = _library()
+    version = tuple(lib.seccomp_version().contents)
+    if version < (2, 4, 0):  # 2.3's 64-bit comparisons were wrong (CVE-2019-9893)
+        raise SeccompUnavailable(f"the sandbox needs libseccomp 2.4 or newer, found {version}")
     ctx = lib.seccomp_init(SCMP_ACT_ALLOW)
     if not ctx:
         raise SeccompUnavailable("seccomp_init failed")
@@ -125,6 +129,11 @@ def compile_filter() -> bytes:
         # pathname socket is reached through AF_UNIX whatever network namespace the run is in, vsock
         # leaves the machine, netlink's buffers are charged to no cgroup), and every other type or
         # protocol of IPv4 and IPv6 EPERM (UDP's and SCTP's buffers escape a v1 memory cgroup too)
+        # the kernel reads a family as a 32-bit int, the filter sees the whole register: a family with
+        # high bits set would match no rule below and still be the family of its low bits
+        wide = _ArgCmp(0, SCMP_CMP_GT, 0xFFFFFFFF, 0)
+        rule(SCMP_ACT_ERRNO(errno.EAFNOSUPPORT), "socket", wide)
+        rule(SCMP_ACT_ERRNO(errno.EAFNOSUPPORT), "socketpair", wide)
         for family in range(AF_MAX):
             if family not in SOCKET_FAMILIES:
                 rule(SCMP_ACT_ERRNO(errno.EAFNOSUPPORT), "socket", _ArgCmp(0, SCMP_CMP_EQ, family, 0))

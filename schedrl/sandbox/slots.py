@@ -1,8 +1,9 @@
 """Sandbox uids: a range no one else on the host uses, one uid per `Sandbox`, claimed by a lock file.
 
 The range is `DEFAULT_UIDS` unless `SCHEDRL_SANDBOX_UIDS=FIRST-LAST` says otherwise. It is refused when
-it overlaps a range the host hands out: `/etc/login.defs` (UID_MIN..UID_MAX, SYS_UID_MIN..SYS_UID_MAX,
-SUB_UID_MIN..SUB_UID_MAX), `/etc/subuid`, the uids in `/etc/passwd`, or the ranges systemd reserves
+it overlaps a range the host hands out (a run's gid is its uid, so group ranges count too):
+`/etc/login.defs` (UID, SYS_UID, SUB_UID, GID, SYS_GID and SUB_GID ranges), `/etc/subuid`,
+`/etc/subgid`, the ids in `/etc/passwd` and `/etc/group`, or the ranges systemd reserves
 (homed users, nspawn's bound users, dynamic service users, nobody, container and foreign ranges).
 The default, 70000..74095, sits above the 16-bit uids and below Debian's first subordinate uid.
 
@@ -58,23 +59,28 @@ def host_ranges(etc: Path = Path("/etc")) -> list[tuple[int, int, str]]:
     """Every uid range this host uses or hands out, as (first, last, what)."""
     taken = list(SYSTEMD_RANGES)
     defs = _login_defs(etc / "login.defs")
-    for key, default_first, default_last in (
+    for key, default_first, default_last in (  # a run's gid is its uid: both kinds of range count
         ("UID", 1000, 60000),
         ("SYS_UID", 101, 999),
         ("SUB_UID", 100000, 600100000),
+        ("GID", 1000, 60000),
+        ("SYS_GID", 101, 999),
+        ("SUB_GID", 100000, 600100000),
     ):
         first = defs.get(f"{key}_MIN", default_first)
         last = defs.get(f"{key}_MAX", default_last)
         taken.append((first, last, f"login.defs {key}_MIN..{key}_MAX"))
-    for n, line in enumerate(_lines(etc / "subuid"), 1):
-        parts = line.split(":")
-        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
-            first = int(parts[1])
-            taken.append((first, first + int(parts[2]) - 1, f"/etc/subuid line {n} ({parts[0]})"))
-    for line in _lines(etc / "passwd"):
-        parts = line.split(":")
-        if len(parts) > 2 and parts[2].isdigit():
-            taken.append((int(parts[2]), int(parts[2]), f"user {parts[0]!r} of /etc/passwd"))
+    for sub in ("subuid", "subgid"):
+        for n, line in enumerate(_lines(etc / sub), 1):
+            parts = line.split(":")
+            if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+                first = int(parts[1])
+                taken.append((first, first + int(parts[2]) - 1, f"/etc/{sub} line {n} ({parts[0]})"))
+    for table, what in (("passwd", "user"), ("group", "group")):
+        for line in _lines(etc / table):
+            parts = line.split(":")
+            if len(parts) > 2 and parts[2].isdigit():
+                taken.append((int(parts[2]), int(parts[2]), f"{what} {parts[0]!r} of /etc/{table}"))
     return taken
 
 

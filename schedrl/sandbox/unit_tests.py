@@ -42,7 +42,9 @@ def encode(v, depth=0):
         return [encode(x, depth + 1) for x in v]
     if isinstance(v, tuple):
         return {{"tuple": [encode(x, depth + 1) for x in v]}}
-    if isinstance(v, (set, frozenset)):
+    if isinstance(v, frozenset):
+        return {{"frozenset": [encode(x, depth + 1) for x in v]}}
+    if isinstance(v, set):
         return {{"set": [encode(x, depth + 1) for x in v]}}
     if isinstance(v, dict):
         return {{"dict": [[encode(k, depth + 1), encode(x, depth + 1)] for k, x in v.items()]}}

@@ -19,6 +19,8 @@ from pathlib import Path
 MS_NOSUID, MS_NODEV = 2, 4
 MNT_DETACH = 2
 _libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 
 def _check(rc: int, what: str) -> None:
@@ -42,20 +44,32 @@ class WorkDir:
             self.path.rmdir()
             raise
         self.uid = uid
-        for d in ("work", "tmp", "shm"):
-            (self.path / d).mkdir()
-            os.chmod(self.path / d, 0o711 if d == "work" else 0o700)  # bubblewrap enters it without caps
-            os.chown(self.path / d, uid, uid)
+        try:
+            for d in ("work", "tmp", "shm"):
+                (self.path / d).mkdir()
+                os.chmod(self.path / d, 0o711 if d == "work" else 0o700)  # bubblewrap's --chdir, capless
+                os.chown(self.path / d, uid, uid)
+        except OSError:
+            self.remove()
+            raise
 
     @property
     def work(self) -> Path:
         return self.path / "work"
 
     @property
-    def started(self) -> Path:
-        """Made by the run's setup as root once it is in its cgroup, out of the run's reach (only
-        `work/`, `tmp/` and `shm/` are bound into it): the run got as far as the program's chain."""
-        return self.path / "started"
+    def status(self) -> Path:
+        """bubblewrap's JSON status (`--json-status-fd`), out of the run's reach (only `work/`, `tmp/` and
+        `shm/` are bound into it)."""
+        return self.path / "status"
+
+    def exec_reported(self) -> bool:
+        """Whether bubblewrap reported the program's exit, which it does only when its setup finished
+        and the program's chain was executed; a run it killed (the wall clock) reports nothing."""
+        try:
+            return '"exit-code"' in self.status.read_text()
+        except OSError:
+            return False
 
     def populate(self, files: Mapping[str, str | bytes]) -> None:
         """Write `files` (relative paths) into the working directory, owned by the run's uid."""

@@ -115,7 +115,9 @@ def _sandbox_limits(command: str, spec: Any) -> tuple[Any, tuple[str, ...], tupl
         )
     limits = server_limits(**{k: v for k, v in spec.items() if k not in extra})
     devices = spec.get("devices", ())
-    devices = devices if devices == "gpu" else tuple(str(d) for d in devices)
+    devices = (
+        devices if devices == "gpu" else (devices,) if isinstance(devices, str) else tuple(map(str, devices))
+    )
     return limits, tuple(str(p) for p in spec.get("expose", ())), devices
 
 
