@@ -13,11 +13,12 @@ Each run gets, from bubblewrap, util-linux and the kernel:
 * its own PID namespace (when its first process ends, every process in it is killed), network
   namespace (a loopback of its own; nothing leaves it), IPC, UTS and cgroup namespaces, and a new
   session (no terminal to push keystrokes into);
-* a cgroup (`cgroups.py`) capping its memory, shared memory and memfd included, and its processes;
+* a cgroup (`cgroups.py`) capping its memory (shared memory, memfd and TCP buffers included) and its
+  processes;
   out-of-memory is the kernel's verdict (its OOM kills), not what the program printed; at `wall_s`
   every process in the cgroup is killed, whatever sessions or process groups it made;
 * a seccomp filter (`seccomp.py`) denying keyrings, io_uring, new namespaces, ptrace, bpf,
-  perf_event_open and mounts, and a fresh, empty session keyring;
+  perf_event_open, mounts, and every socket but TCP; and a fresh, empty session keyring;
 * an unprivileged uid of its own (`slots.py`: a range the host does not use, one uid per `Sandbox`),
   no groups, no capabilities, `no_new_privs`; rlimits on CPU seconds, file size, open files,
   processes and core dumps; an environment of `PATH` (and `env`, for `confine`) only;
@@ -27,8 +28,9 @@ Each run gets, from bubblewrap, util-linux and the kernel:
 The chain is `sh` (joins the run's cgroup, takes a new session keyring, opens the filter) ->
 `setpriv --pdeathsig` (the run dies with its trainer) -> `unshare --pid` (reaps what follows) ->
 `bwrap` (namespaces, the root, the seccomp filter; it reports to the host that the program started)
--> `setpriv` (uid, groups, capabilities, no new privileges) -> `prlimit` -> the program. It needs root, bubblewrap, keyutils, libseccomp and a writable memory and pids cgroup;
-without any of them `Sandbox` raises `SandboxUnavailable` rather than run anything less confined.
+-> `setpriv` (uid, groups, capabilities, no new privileges) -> `prlimit` -> the program. It needs
+root, bubblewrap, keyutils, libseccomp and a writable memory and pids cgroup; without any of them
+`Sandbox` raises `SandboxUnavailable` rather than run anything less confined.
 
 `Sandbox(python=sys.executable)` runs this interpreter with its packages (its prefixes, site-packages
 and editable sources; not the trainer's directory); `expose=` binds other host paths read-only.
