@@ -47,12 +47,18 @@ def _read_int(path: Path) -> int:
         return 0
 
 
-def _parent(pid: int) -> int:
+def proc_stat(pid: int | str) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name (state first, then the parent's pid);
+    [] for a process that is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0
-    return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state, past the command's name
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _parent(pid: int) -> int:
+    fields = proc_stat(pid)
+    return int(fields[1]) if len(fields) > 1 else 0
 
 
 @dataclass

@@ -329,10 +329,7 @@ def live_processes(uid: int) -> list[int]:
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
-                if (
-                    entry.stat().st_uid == uid
-                    and Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-                ):
+                if entry.stat().st_uid == uid and cgroups.proc_stat(entry.name)[:1] not in ([], ["Z"]):
                     pids.append(int(entry.name))
             except OSError:  # exited while we looked
                 continue
