@@ -167,7 +167,7 @@ def engine_admission(name: str, pred: dict[str, float], args, kv_budget: int):
     if name in ("lpt", "spt"):
         return LengthOrdered(name, given)
     if name == "past_future":
-        return PastFutureAdmission(kv_budget)
+        return PastFutureAdmission(PastFutureAdmission.Args(kv_budget_tokens=kv_budget))
     if name == "learned":
         return LearnedAdmission(args.policy, given, slots=args.slots)
     raise ValueError(name)

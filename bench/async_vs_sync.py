@@ -27,6 +27,7 @@ they are not in the default set. The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -39,14 +40,14 @@ MODES = {
     "k0": {"mode": "async"},
     "k1": {"mode": "async", "max_staleness": 1},
     "k2": {"mode": "async", "max_staleness": 2},
-    "auto": {"mode": "async", "max_staleness": "auto", "staleness_max": 3},
+    "auto": {"mode": "async", "max_staleness": "auto", "staleness_args": {"k_max": 3}},
     "inflight": {"mode": "async", "max_staleness": 1, "weight_sync": "inflight"},
     "partial": {
         "mode": "async",
         "max_staleness": 1,
         "consumption": "partial",
         "weight_sync": "cut_resume",
-        "overprovision": 1.5,
+        "consumption_args": {"overprovision": 1.5},
         "stale": "mask",
     },
     "combined": {
@@ -54,17 +55,21 @@ MODES = {
         "max_staleness": 2,
         "weight_sync": "inflight",
         "consumption": "partial",
-        "overprovision": 1.5,
+        "consumption_args": {"overprovision": 1.5},
         "stale": "mask",
     },
-    "tail": {"mode": "async", "consumption": "tail", "overprovision": 1.25},  # RollPacker, on-policy
+    "tail": {
+        "mode": "async",
+        "consumption": "tail",
+        "consumption_args": {"eta": 1.25},
+    },  # RollPacker, on-policy
     "k4": {"mode": "async", "max_staleness": 4},
     "combined-k4": {
         "mode": "async",
         "max_staleness": 4,
         "weight_sync": "inflight",
         "consumption": "partial",
-        "overprovision": 1.5,
+        "consumption_args": {"overprovision": 1.5},
         "stale": "mask",
     },
     "k0-2e": {"mode": "async", "num_engines": 2, "learner_cpus": 2},
@@ -81,7 +86,7 @@ MODES = {
         "max_staleness": 2,
         "weight_sync": "inflight",
         "consumption": "partial",
-        "overprovision": 1.5,
+        "consumption_args": {"overprovision": 1.5},
         "stale": "mask",
         "num_engines": 2,
     },
@@ -91,7 +96,13 @@ CORES = 2
 DEFAULT_MODES = ["sync", "k0", "k1", "k2", "auto", "inflight", "partial", "combined"]
 
 
-def recipe(args, model_path: str, out: str, name: str, pipeline: dict) -> dict:
+def recipe(args, model_path: str, out: str, name: str, mode: dict) -> dict:
+    """The run of `mode`: its `schedule:` keys and its `pipeline:` keys, one mapping in MODES."""
+    from schedrl.config import Schedule
+
+    schedule_keys = {f.name for f in dataclasses.fields(Schedule)}
+    schedule = {k: v for k, v in mode.items() if k in schedule_keys}
+    pipeline = {k: v for k, v in mode.items() if k not in schedule_keys}
     return {
         "seed": args.seed,
         "steps": args.steps,
@@ -107,6 +118,7 @@ def recipe(args, model_path: str, out: str, name: str, pipeline: dict) -> dict:
         "optim": {"lr": args.lr, "micro_batch_tokens": 0},
         "eval": {"tasks": 0},
         "pipeline": {**pipeline, "backend": args.backend} if pipeline.get("mode") == "async" else pipeline,
+        "schedule": schedule,
     }
 
 

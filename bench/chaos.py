@@ -46,11 +46,11 @@ RECIPE = {
     "eval": {"tasks": 4, "k": 1},
 }
 MAX_STALENESS = 2
-ASYNC = ["pipeline.mode=async", "algo.correction=decoupled", f"pipeline.max_staleness={MAX_STALENESS}"]
+ASYNC = ["pipeline.mode=async", "algo.correction=decoupled", f"schedule.max_staleness={MAX_STALENESS}"]
 MODES = {
     "sync": [],
-    "threads": [*ASYNC, "pipeline.backend=threads", "pipeline.weight_sync=inflight"],
-    "ray": [*ASYNC, "pipeline.backend=ray", "pipeline.weight_sync=inflight"],
+    "threads": [*ASYNC, "pipeline.backend=threads", "schedule.weight_sync=inflight"],
+    "ray": [*ASYNC, "pipeline.backend=ray", "schedule.weight_sync=inflight"],
 }
 PLACES = ("moment", *POINTS)
 

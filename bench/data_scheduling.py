@@ -106,7 +106,7 @@ def run_one(
             "model": {"path": start},
             "task": {"name": MIXES[task][0], "args": MIXES[task][1]},
             "sampling": {"prompts_per_step": PROMPTS, "group_size": G, "max_new_tokens": max_new},
-            "algo": {"clip_eps_high": 0.28},
+            "algo": {"loss_args": {"clip_eps_high": 0.28}},
             "optim": {"lr": LR},
             "sft": {"steps": 0},
             "eval": {"tasks": EVAL_TASKS, "k": EVAL_K, "every": eval_every},

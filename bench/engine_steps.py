@@ -44,13 +44,13 @@ MODES = {
     "partial_drain": {
         "max_staleness": 2,
         "consumption": "partial",
-        "overprovision": 1.5,
+        "consumption_args": {"overprovision": 1.5},
         "weight_sync": "drain",
     },
     "partial_inflight": {
         "max_staleness": 2,
         "consumption": "partial",
-        "overprovision": 1.5,
+        "consumption_args": {"overprovision": 1.5},
         "weight_sync": "inflight",
     },
 }
@@ -80,10 +80,10 @@ def fit(dt: np.ndarray, rows: np.ndarray) -> dict[str, float]:
     return {"base_ms": round(base * 1e3, 3), "per_row_us": round(per_row * 1e6, 2), "steps": len(dt)}
 
 
-def run_mode(name: str, pipeline: dict, work: Path) -> dict:
+def run_mode(name: str, schedule: dict, work: Path) -> dict:
     data = yaml.safe_load(RECIPE.read_text())
     data.update(COMMON)
-    data["pipeline"] = {**data["pipeline"], **pipeline}
+    data["schedule"] = {**data["schedule"], **schedule}
     data["name"] = name
     cfg = config_from_dict(data)
     run = RunDir.create(str(work), name)

@@ -264,7 +264,7 @@ def main() -> None:
             pred.on_finish(s)
         return pred
 
-    ranker = RankerPredictor(seed=args.seed)
+    ranker = RankerPredictor(RankerPredictor.Args(seed=args.seed))
     ranker.fit([s.prompt_ids for s in flat0], [s.num_tokens for s in flat0])
     ordered = {
         "lpt_sibling": LengthOrdered("lpt", SiblingPredictor()),
@@ -277,7 +277,9 @@ def main() -> None:
     truth = engine()
     for k in range(args.steps):  # untimed: the realised lengths of epoch 1 for the oracle
         oracle.lengths.update((s.request_id, s.num_tokens) for s in truth.generate(step_reqs(1, k)))
-    memory = PastFutureAdmission(kv_budget_tokens=int(args.kv_frac * fcfs_peak[0]), quantile=0.99)
+    memory = PastFutureAdmission(
+        PastFutureAdmission.Args(kv_budget_tokens=int(args.kv_frac * fcfs_peak[0]), quantile=0.99)
+    )
     for s in flat0:
         memory.history.add(s.num_tokens)
     mem_peak = [0]

@@ -38,14 +38,18 @@ RECIPE = ROOT / "examples" / "async_threads.yaml"
 COMMON = ["steps=80", "sft.steps=300", "eval.tasks=16", "eval.k=1", "save_every=0"]
 RUNS = {
     "sync": ["pipeline.mode=sync"],
-    "k2": ["pipeline.max_staleness=2"],
+    "k2": ["schedule.max_staleness=2"],
     "partial_inflight": [
-        "pipeline.max_staleness=2",
-        "pipeline.consumption=partial",
-        "pipeline.overprovision=1.5",
-        "pipeline.weight_sync=inflight",
+        "schedule.max_staleness=2",
+        "schedule.consumption=partial",
+        "schedule.consumption_args={overprovision: 1.5}",
+        "schedule.weight_sync=inflight",
     ],
-    "tail": ["pipeline.max_staleness=0", "pipeline.consumption=tail", "pipeline.overprovision=1.25"],
+    "tail": [
+        "schedule.max_staleness=0",
+        "schedule.consumption=tail",
+        "schedule.consumption_args={eta: 1.25}",
+    ],
 }
 TARGET = ("sync", "k2", "partial_inflight")  # the schedules the 10% target names
 BIG = {
@@ -58,7 +62,7 @@ BIG = {
         "lengths": {"kind": "lognormal", "median": 1500, "sigma": 1.0, "cap": 28672},
     },
     "cluster": {"gpus": 1024, "gpu": "h100", "placement": "disaggregated", "rollout_gpus": 512},
-    "schedule": {"mode": "async", "max_staleness": 1},
+    "schedule": {"max_staleness": 1},
     "learner": {"tokens_per_s_per_gpu": 1500},
 }
 

@@ -22,7 +22,8 @@ import time
 import schedrl
 
 SCHEDULE = {
-    "pipeline": {"mode": "async", "backend": "threads", "max_staleness": 4},
+    "pipeline": {"mode": "async", "backend": "threads"},
+    "schedule": {"max_staleness": 4},
     "algo": {"correction": "decoupled"},
 }
 

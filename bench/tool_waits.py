@@ -51,7 +51,7 @@ from schedrl.models import build_char_tokenizer, build_tiny_model
 from schedrl.models.tiny import TinyModelConfig
 from schedrl.rollout.clock import VirtualClock, WallClock, linear_step_cost
 from schedrl.rollout.episodes import EpisodeRunner
-from schedrl.rollout.tool_wait import make_tool_wait
+from schedrl.rollout.tool_wait import ToolWaitPolicy, make_tool_wait
 from schedrl.seeding import derive_seed
 from schedrl.types import Request, SamplingParams
 
@@ -93,7 +93,7 @@ class SimulatedTool:
         return None
 
 
-def make_policy(name: str):
+def make_policy(name: str) -> ToolWaitPolicy:
     """The registered policy `name`; "pin+priority" is `pin` with returns ordered by progress."""
     if name == "pin+priority":
         return make_tool_wait("pin", priority="progress")
@@ -112,14 +112,11 @@ def episodes(tokenizer, n: int, prompt_tokens: int, budget: int) -> tuple[list[R
     return reqs, tasks
 
 
-def policy_parks(name: str) -> bool:
-    return name.startswith("pin")
-
-
 def run_policy(model, tokenizer, args, name: str, prompt_tokens: int, clock) -> dict:
-    admission = Priority() if "priority" in name else None
+    policy = make_policy(name)
+    admission = Priority() if policy.orders_returns else None  # FCFS would ignore the priorities
     park = args.park_slots if args.park_slots is not None else 2 * args.slots
-    parks = park if policy_parks(name) else 0
+    parks = park if policy.parks else 0
     config = EngineConfig(
         max_concurrency=args.slots, max_batched_tokens=8192, max_model_len=2048, park_slots=parks
     )
@@ -131,7 +128,6 @@ def run_policy(model, tokenizer, args, name: str, prompt_tokens: int, clock) -> 
     def new_env():
         return SimulatedTool(args.turns, args.tool_tokens, args.median_s, sigma, clock.virtual)
 
-    policy = make_policy(name)
     runner = EpisodeRunner(
         engine,
         tokenizer,

@@ -13,7 +13,7 @@ tokenizer, and `probe_trl` shows why on every run rather than claiming it:
 
 So, as the benchmark's spec allows, schedrl is compared against TRL's way of running tools, the
 lock-step loop, on schedrl's own engine: every trajectory of a batch waits for the slowest tool
-call of its turn (`task.tool_wait=lockstep`, synchronous loop). Same start (the same SFT warm-up
+call of its turn (`schedule.tool_wait=lockstep`, synchronous loop). Same start (the same SFT warm-up
 on tool-use traces), tasks, settings and evaluator; only the schedule differs. The calculator
 answers after a lognormal latency (median 0.1 s, p99 2 s, as `bench/tool_waits.py`), drawn from the
 expression, so both schedules meet the same latencies: a real tool (search, code execution, a web
@@ -46,7 +46,7 @@ TASK = {"name": "calc", "args": {"min_digits": 2, "max_digits": 3, "ops": "*"}}
 SFT = SFTConfig(steps=170, batch_size=32, lr=1e-3)  # examples/calc_tools.yaml: a start at pass@1 ~0.2
 SCHEDULES = {
     # TRL's tool loop: a batch's next turn starts once its slowest call has answered
-    "lockstep": ["task.tool_wait=lockstep"],
+    "lockstep": ["schedule.tool_wait=lockstep"],
     # schedrl's best: engine and learner overlap (staleness bound 1, decoupled PPO); weights reach the
     # engine between decode steps; an update trains on the oldest complete groups while episodes still
     # waiting on a slow call carry over (twice a step's episodes in flight); waiting episodes keep their
@@ -54,13 +54,13 @@ SCHEDULES = {
     "schedrl": [
         "pipeline.mode=async",
         "pipeline.backend=threads",
-        "pipeline.max_staleness=1",
+        "schedule.max_staleness=1",
         "algo.correction=decoupled",
-        "pipeline.weight_sync=inflight",
-        "pipeline.consumption=partial",
-        "pipeline.overprovision=2.0",
-        "task.tool_wait=pin",
-        "task.tool_wait_args={priority: progress}",
+        "schedule.weight_sync=inflight",
+        "schedule.consumption=partial",
+        "schedule.consumption_args={overprovision: 2.0}",
+        "schedule.tool_wait=pin",
+        "schedule.tool_wait_args={priority: progress}",
         "engine.park_slots=64",
     ],
 }
@@ -163,7 +163,7 @@ def run(start: Path, schedule: list[str], seed: int, steps: int, work: Path) -> 
                 "max_observation_tokens": 64,
             },
             "sampling": {"prompts_per_step": 16, "group_size": 8, "max_new_tokens": 32, "temperature": 1.0},
-            "algo": {"name": "grpo", "clip_eps": 0.2, "clip_eps_high": 0.28},
+            "algo": {"loss": "grpo", "loss_args": {"clip_eps": 0.2, "clip_eps_high": 0.28}},
             "optim": {"lr": 2e-4},
             "sft": {"steps": 0},
             "eval": {"tasks": 100, "k": 4},

@@ -59,7 +59,7 @@ from schedrl.training.sft import sft_warmup
 BEST_SCHEDULE = [
     "pipeline.mode=async",
     "pipeline.backend=threads",
-    "pipeline.max_staleness=4",
+    "schedule.max_staleness=4",
     "algo.correction=decoupled",
 ]
 WORKLOADS = {

@@ -118,8 +118,11 @@ def resolve_config(
     config: Any = None, overrides: Mapping[str, Any] | None = None, sets: Sequence[str] = ()
 ) -> RunConfig:
     """The validated config of `config` (a path, dict or RunConfig) with keyword overrides and ``a.b=c``
-    overrides (the CLI's --set); an error in a recipe file names the file."""
-    return _resolve(config_from_dict, config, overrides, sets)
+    overrides (the CLI's --set), checked against the policies it names; an error in a recipe file names
+    the file."""
+    from schedrl.orchestrate.check import check_run
+
+    return _resolve(lambda data, sets: check_run(config_from_dict(data, sets)), config, overrides, sets)
 
 
 def new_run_dir(cfg: RunConfig):
@@ -154,16 +157,12 @@ def saved_config(
 
 
 def check_before_start(cfg: RunConfig, source: Any = None) -> Any:
-    """What fails only when the run is built (an unknown task, loss or advantage; a bad dataset row; a
-    missing extra), checked before the run directory exists; returns the task source (`source`, or the
-    one the config names, built here once)."""
-    from schedrl.algos import registry
+    """What fails only when the run is built (an unknown task; a bad dataset row; a missing extra), checked
+    before the run directory exists; returns the task source (`source`, or the one the config names, built
+    here once). Policies, losses and their arguments were checked when the config was resolved."""
     from schedrl.envs import make_task
-    from schedrl.training.learner import loss_name
     from schedrl.training.loggers import EXTRAS
 
-    registry.get("loss", loss_name(cfg.algo))
-    registry.get("advantage", cfg.algo.advantage)
     if (
         cfg.pipeline.mode == "async"
         and cfg.pipeline.backend == "ray"

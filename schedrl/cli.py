@@ -149,6 +149,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         for name, description in sorted(registry.available(kind).items()):
             table.add_row(kind, name, description)
     console.print(table, soft_wrap=True)
+    loss_args = Table(title="loss arguments (algo.loss_args; a correction reads those of algo.loss)")
+    for col in ("loss", "arguments"):
+        loss_args.add_column(col)
+    for name in sorted(registry.available("loss")):
+        loss_args.add_row(name, ", ".join(registry.loss_spec(name).arg_names()) or "-")
+    console.print(loss_args, soft_wrap=True)
     return 0
 
 

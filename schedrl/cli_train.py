@@ -29,7 +29,7 @@ DEMO = {
     "min_start_reward": 0.01,  # the start is ~3% at T=1.2; clip-higher keeps it from collapsing
     "task": {"name": "sort", "args": {"min_len": 2, "max_len": 3}},
     "sampling": {"prompts_per_step": 16, "group_size": 8, "max_new_tokens": 4, "temperature": 1.2},
-    "algo": {"clip_eps": 0.2, "clip_eps_high": 0.28},
+    "algo": {"loss_args": {"clip_eps": 0.2, "clip_eps_high": 0.28}},
     "optim": {"lr": 3e-4},
     "sft": {"steps": 30, "batch_size": 32, "lr": 1e-3},
     "eval": {"tasks": 200, "k": 8, "temperature": 1.0},

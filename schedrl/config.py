@@ -43,9 +43,6 @@ class TaskConfig:
     env_timeout_s: float = 60.0  # an environment call (reset, step, close) past this ends its episode
     max_env_error_rate: float = 0.05  # stop when environments fail on more than this fraction of episodes
     max_turn_tokens: int | None = None  # budget of one model turn; None: what is left of max_new_tokens
-    # what a trajectory holds while it waits on its environment: release, pin, priority or lockstep
-    tool_wait: str = "release"
-    tool_wait_args: dict[str, Any] = field(default_factory=dict)  # its arguments, e.g. {quantile: 0.9}
 
 
 @dataclass
@@ -66,10 +63,6 @@ class EngineSection:
     )  # vLLM EngineArgs settings, e.g. {enforce_eager: false}
     max_concurrency: int = 256  # requests in the engine's running batch
     max_batched_tokens: int = 8192  # tokens per engine forward
-    admission: str = (
-        "fcfs"  # admission policy: fcfs, priority, static, lpt, spt, fcfs_guarded, past_future, learned
-    )
-    admission_args: dict[str, Any] = field(default_factory=dict)  # its arguments, e.g. {predictor: sibling}
     prefill_prompt_once: bool = True  # the samples of a prompt admitted in one step prefill it once
     # cache slots beyond the running batch for trajectories parked during tool waits (task.tool_wait: pin)
     park_slots: int = 0
@@ -77,40 +70,24 @@ class EngineSection:
 
 @dataclass
 class AlgoConfig:
-    name: str = "grpo"  # registered loss
+    loss: str = "grpo"  # registered loss (see `schedrl list algos`) or pkg.module:name of a Loss
+    # the loss's own arguments, checked by its Args when the run is built, e.g. {clip_eps_high: 0.28}
+    loss_args: dict[str, Any] = field(default_factory=dict)
     advantage: str = "grpo"  # registered advantage estimator
     std_normalize: bool = True  # divide group-centred rewards by the group std
     # multi-turn credit: broadcast (one advantage per trajectory) or return_to_go (one per turn)
     turn_credit: str = "broadcast"
     turn_discount: float = 1.0  # gamma of the per-turn return-to-go
-    clip_eps: float = 0.2  # PPO clip range (low side)
-    clip_eps_high: float | None = None  # PPO clip range (high side); None = clip_eps
     loss_agg: Literal["token_mean", "seq_mean"] = "token_mean"  # how token losses are averaged
     kl_coef: float = 0.0  # weight of the KL penalty to the frozen initial policy; 0 = off
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"  # KL estimator
     entropy_coef: float = 0.0  # entropy bonus weight
     correction: Literal["none", "decoupled", "tis", "cross_stage"] = "none"  # off-policy correction
     is_cap: float = 2.0  # cap C of the importance weights of a correction; >= 1, .inf = no cap
-    gae_gamma: float = 1.0  # GAE discount (losses with a value head: ppo)
-    gae_lambda: float = 0.95  # GAE lambda (ppo)
-    vf_coef: float = 0.1  # weight of the value loss (losses with a value head: ppo, sao)
-    vf_clip: float | None = 0.2  # clip range of the value around the old value (ppo); None = no clipping
-    rover_temp: float = 1.0  # rho of rover: Q = rho * log(pi_theta / pi_old)
-    pacs_beta: float = 1.0  # beta of pacs: score = beta * log(pi_theta / pi_old) of the sequence
 
     def __post_init__(self) -> None:
         if not self.is_cap >= 1.0:
             raise ConfigError(f"config field 'algo.is_cap' must be >= 1, got {self.is_cap!r}")
-        for name in ("gae_gamma", "gae_lambda"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ConfigError(f"config field 'algo.{name}' must be in [0, 1], got {value!r}")
-        for name in ("rover_temp", "pacs_beta"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"config field 'algo.{name}' must be > 0, got {getattr(self, name)!r}")
-        if self.vf_coef < 0 or (self.vf_clip is not None and self.vf_clip < 0):
-            bad = "vf_coef" if self.vf_coef < 0 else "vf_clip"
-            raise ConfigError(f"config field 'algo.{bad}' must be >= 0, got {getattr(self, bad)!r}")
 
 
 @dataclass
@@ -147,26 +124,56 @@ class EvalConfig:
 
 
 @dataclass
-class PipelineConfig:
-    # sync: one process, generate then train; async: engine and learner overlap
-    mode: Literal["sync", "async"] = "sync"
-    # async workers: threads of this process (one machine), Ray actors (a cluster), or serially (debugging)
-    backend: Literal["ray", "threads", "local"] = "threads"
+class Schedule:
+    """What runs when: one record for a training run (`schedule:`) and a simulator scenario. Each policy is a
+    registered name, or `pkg.module:Class`, with its own arguments (`<policy>_args`), checked by that
+    policy's `Args` when the run or the scenario is resolved (`schedrl.orchestrate.schedule`)."""
+
     max_staleness: int | Literal["auto"] = 0  # k: trained-on tokens are at most k versions old; auto adapts k
-    staleness_min: int = 0  # auto: lower bound of k
-    staleness_max: int = 4  # auto: upper bound of k
-    auto_low: float = 0.002  # auto: grow k while the behaviour-vs-learner KL stays below this
-    auto_high: float = 0.01  # auto: shrink k when the KL goes above this
+    # auto: AutoStaleness's arguments (k_min, k_max, low, high, ema, patience); empty for a fixed k
+    staleness_args: dict[str, Any] = field(default_factory=dict)
     # tokens beyond k: drop their sample, keep them as context only (mask), or train on them (keep: k bounds
     # admission only, as APRIL's partial rollouts, which resume a sample across updates and train it whole)
     stale: Literal["drop", "mask", "keep"] = "drop"
     # when new weights reach the engines: drain (after they finish what they hold), inflight (between decode
     # steps, PipelineRL), cut_resume (cut every request, resume each from its prefix, APRIL)
     weight_sync: str = "drain"
-    # what an update trains on: wave (exactly its own data-scheduler batch, in order), partial (the oldest
-    # complete groups; unfinished ones carry over, APRIL partial rollouts)
+    weight_sync_args: dict[str, Any] = field(default_factory=dict)  # its arguments
+    # what an update trains on: wave (exactly its own data-scheduler batch), partial (the oldest complete
+    # groups; unfinished ones carry over, APRIL), tail (RollPacker's tail batching)
     consumption: str = "wave"
-    overprovision: float = 1.0  # consumption partial: samples in flight per update, x a step's samples
+    consumption_args: dict[str, Any] = field(default_factory=dict)  # e.g. partial {overprovision: 1.5}
+    # the engine's admission order: fcfs, priority, static, lpt, spt, fcfs_guarded, past_future, learned
+    admission: str = "fcfs"
+    admission_args: dict[str, Any] = field(default_factory=dict)  # e.g. lpt {predictor: sibling}
+    # what a trajectory holds while it waits on its environment: release, pin, priority or lockstep
+    tool_wait: str = "release"
+    tool_wait_args: dict[str, Any] = field(default_factory=dict)  # e.g. pin {quantile: 0.9}
+    # how a step's samples are produced: plain, pruning (ARRoL), speculative (SPEC-RL)
+    rollout: str = "plain"
+    rollout_args: dict[str, Any] = field(default_factory=dict)  # e.g. pruning {keep: 4}
+    data: str = "uniform"  # the data scheduler: which tasks each step trains on, how many samples each
+    data_args: dict[str, Any] = field(default_factory=dict)  # e.g. coba {candidates: 64}
+    # each sample to the engine holding the fewest requests, not whole groups (Seer's divided rollout)
+    divide_groups: bool = False
+    # long-tail migration (JigsawRL): an engine that runs dry takes half the requests of the busiest one
+    # (the simulator only: the engine fleet does not move running requests)
+    migrate: bool = False
+
+    @property
+    def k_bound(self) -> int:
+        """The largest k the schedule can reach (auto: its k_max, 4 unless given)."""
+        if self.max_staleness == "auto":
+            return int(self.staleness_args.get("k_max", 4))
+        return self.max_staleness
+
+
+@dataclass
+class PipelineConfig:
+    # sync: one process, generate then train; async: engine and learner overlap
+    mode: Literal["sync", "async"] = "sync"
+    # async workers: threads of this process (one machine), Ray actors (a cluster), or serially (debugging)
+    backend: Literal["ray", "threads", "local"] = "threads"
     engine_chunk_steps: int = 8  # engine steps per call between the loop's bookkeeping
     ray_address: str | None = None  # join this Ray cluster; None starts a local one
     num_engines: int = 1  # engine workers; groups go to the one holding the fewest requests
@@ -176,26 +183,6 @@ class PipelineConfig:
     # stuck: named with its stack; a stuck engine actor is replaced (Ray), anything else stops the run
     # (the last checkpoint resumes it); 0: wait forever
     worker_timeout_s: float = 600.0
-
-
-@dataclass
-class RolloutConfig:
-    """Rollout features of the synchronous loop (`schedrl.rollout.step`)."""
-
-    # SPEC-RL: a task's last rollout drafts its next one, verified by the current policy
-    speculative: bool = False
-    draft_versions: int = 4  # a draft at most N versions older than the policy is used; older ones are not
-    prune_keep: int = 0  # ARRoL: prune each group online to this many samples (0: off; < sampling.group_size)
-    prune_success_frac: float = 0.5  # share of predicted successes among the kept samples
-    prune_check_tokens: int = 4  # output tokens every running member needs before its group is judged
-    # pruned samples: dropped from the loss, or kept (partial text)
-    prune_mode: Literal["drop", "keep"] = "drop"
-
-
-@dataclass
-class DataConfig:
-    scheduler: str = "uniform"  # data scheduler: which tasks each step trains on, how many samples each
-    args: dict[str, Any] = field(default_factory=dict)  # its arguments, e.g. {pool_size: 512}
 
 
 @dataclass
@@ -225,9 +212,8 @@ class RunConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    schedule: Schedule = field(default_factory=Schedule)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
 
@@ -257,7 +243,6 @@ _NON_NEGATIVE = {
     "save_every",
     "sampling.temperature",
     "sampling.top_k",
-    "algo.clip_eps",
     "algo.kl_coef",
     "optim.weight_decay",
     "optim.warmup_steps",
@@ -282,38 +267,37 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
-def _convert(value: Any, tp: Any, where: str) -> Any:
-    """Check `value` against annotation `tp`; return it converted (int -> float, list -> tuple)."""
+def _convert(value: Any, tp: Any, where: str, noun: str = "config field") -> Any:
+    """Check `value` against annotation `tp`; return it converted (int -> float, list -> tuple). `noun`
+    names what `where` is in errors ("config field", "argument")."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
-    bad = ConfigError(f"config field '{where}' must be {_type_name(tp)}, got {value!r}")
+    bad = ConfigError(f"{noun} '{where}' must be {_type_name(tp)}, got {value!r}")
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise ConfigError(f"config field '{where}' must be a mapping, got {value!r}")
-        return _build(tp, value, where + ".")
+            raise ConfigError(f"{noun} '{where}' must be a mapping, got {value!r}")
+        return _build(tp, value, where + ".", noun)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
         for arg in (a for a in args if a is not type(None)):
             try:
-                return _convert(value, arg, where)
+                return _convert(value, arg, where, noun)
             except ConfigError:
                 continue
         raise bad
     if origin is Literal:
         if value not in args:
-            raise ConfigError(
-                f"config field '{where}' must be one of {', '.join(map(repr, args))}, got {value!r}"
-            )
+            raise ConfigError(f"{noun} '{where}' must be one of {', '.join(map(repr, args))}, got {value!r}")
         return value
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         if not isinstance(value, list | tuple):
             raise bad
-        return tuple(_convert(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
+        return tuple(_convert(v, args[0], f"{where}[{i}]", noun) for i, v in enumerate(value))
     if origin is tuple:
         if not isinstance(value, list | tuple) or len(value) != len(args):
             raise bad
         return tuple(
-            _convert(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args, strict=True))
+            _convert(v, a, f"{where}[{i}]", noun) for i, (v, a) in enumerate(zip(value, args, strict=True))
         )
     if origin is dict or tp is dict:
         if not isinstance(value, dict):
@@ -337,25 +321,58 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
     raise TypeError(f"unsupported config annotation {tp!r} at {where}")
 
 
+# The per-loss fields `algo:` held before `algo.loss_args`, with their defaults then (the losses' Args
+# defaults now, so a saved config moves only the values that differ).
+_OLD_LOSS_ARGS = {
+    "clip_eps": 0.2,
+    "clip_eps_high": None,
+    "gae_gamma": 1.0,
+    "gae_lambda": 0.95,
+    "vf_coef": 0.1,
+    "vf_clip": 0.2,
+    "rover_temp": 1.0,
+    "pacs_beta": 1.0,
+}
+
 # Keys that were replaced, with what replaces them.
 _MOVED = {
-    "pipeline.inflight_weight_updates": "pipeline.weight_sync: inflight (true) or drain (false)",
+    "pipeline.inflight_weight_updates": "schedule.weight_sync: inflight (true) or drain (false)",
     "engine.share_prompts": "engine.prefill_prompt_once (the engine prefills a group's prompt once)",
     "optim.share_prompts": "optim.forward_prompt_once (the learner forwards a group's prompt once)",
-    "pipeline.partial_rollouts": "pipeline.consumption: partial with pipeline.weight_sync: cut_resume (true, "
+    "pipeline.partial_rollouts": "schedule.consumption: partial with schedule.weight_sync: cut_resume (true, "
     "without in-flight updates), or consumption: wave (false)",
+    "pipeline.max_staleness": "schedule.max_staleness",
+    "pipeline.stale": "schedule.stale",
+    "pipeline.weight_sync": "schedule.weight_sync",
+    "pipeline.consumption": "schedule.consumption",
+    "pipeline.overprovision": "schedule.consumption_args: {overprovision: X} (partial) or {eta: X} (tail)",
+    "pipeline.staleness_min": "schedule.staleness_args: {k_min: N} (with schedule.max_staleness: auto)",
+    "pipeline.staleness_max": "schedule.staleness_args: {k_max: N} (with schedule.max_staleness: auto)",
+    "pipeline.auto_low": "schedule.staleness_args: {low: X} (with schedule.max_staleness: auto)",
+    "pipeline.auto_high": "schedule.staleness_args: {high: X} (with schedule.max_staleness: auto)",
+    "engine.admission": "schedule.admission",
+    "engine.admission_args": "schedule.admission_args",
+    "task.tool_wait": "schedule.tool_wait",
+    "task.tool_wait_args": "schedule.tool_wait_args",
+    "data": "schedule.data (the scheduler's name) and schedule.data_args (its arguments)",
+    "rollout": "schedule.rollout: speculative or pruning, with schedule.rollout_args (speculative: "
+    "{draft_versions}; pruning: {keep, success_frac, check_tokens, mode})",
+    "algo.name": "algo.loss",
+    **{f"algo.{key}": f"algo.loss_args: {{{key}: ...}}" for key in _OLD_LOSS_ARGS},
 }
 
 
-def _build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+def _build(cls: type, data: dict[str, Any], prefix: str = "", noun: str = "config field") -> Any:
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
     for key in data:
         if prefix + key in _MOVED:
             raise ConfigError(f"config key '{prefix}{key}' was replaced: use {_MOVED[prefix + key]}")
-        if key not in hints:
+        if key not in names and noun == "config field":
             raise ConfigError(f"unknown config key '{prefix}{key}'; valid keys here: {', '.join(names)}")
-    return cls(**{k: _convert(v, hints[k], prefix + k) for k, v in data.items()})
+        if key not in names:
+            raise ConfigError(f"unknown {noun} '{prefix}{key}'; valid: {', '.join(names) or 'none'}")
+    return cls(**{k: _convert(v, hints[k], prefix + k, noun) for k, v in data.items()})
 
 
 def _validate(cfg: RunConfig) -> None:
@@ -367,11 +384,9 @@ def _validate(cfg: RunConfig) -> None:
             raise ConfigError(f"config field '{dotted}' must be > 0, got {obj!r}")
         if dotted in _NON_NEGATIVE and obj < 0:
             raise ConfigError(f"config field '{dotted}' must be >= 0, got {obj!r}")
-    _validate_pipeline(cfg.pipeline, cfg.algo)
-    _validate_admission(cfg.engine)
-    _validate_backend(cfg)
-    _validate_data(cfg)
-    _validate_rollout(cfg)
+    _validate_schedule(cfg.schedule)
+    _validate_pipeline(cfg.pipeline)
+    _validate_task(cfg)
     known = ("jsonl", "tensorboard", "wandb", "mlflow")
     for name in cfg.logging.backends:
         if name not in known:
@@ -389,174 +404,40 @@ def _validate(cfg: RunConfig) -> None:
         )
 
 
-def _validate_admission(e: EngineSection) -> None:
-    from schedrl.rollout.registry import ADMISSION, make_admission
-
-    if e.admission not in ADMISSION:
+def _validate_task(cfg: RunConfig) -> None:
+    e, t = cfg.engine, cfg.task
+    if e.backend != "vllm" and e.vllm:
         raise ConfigError(
-            f"config field 'engine.admission' must be one of {', '.join(ADMISSION.names())}, "
-            f"got {e.admission!r}"
-        )
-    try:
-        make_admission(e.admission, **e.admission_args)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(f"config field 'engine.admission_args' ({e.admission_args!r}): {err}") from None
-
-
-def _validate_backend(cfg: RunConfig) -> None:
-    """`engine.backend` and `engine.vllm`: vLLM's settings are checked against vLLM where it is installed."""
-    e = cfg.engine
-    if e.backend not in ("builtin", "vllm"):
-        raise ConfigError(f"config field 'engine.backend' must be builtin or vllm, got {e.backend!r}")
-    if e.backend != "vllm":
-        if e.vllm:
-            raise ConfigError(
-                f"config field 'engine.vllm' ({', '.join(sorted(e.vllm))}) is set but engine.backend is "
-                f"{e.backend!r}; set engine.backend: vllm"
-            )
-        return
-    from schedrl.engine.vllm_engine import check_vllm_args
-
-    if e.park_slots > 0 or cfg.task.tool_wait == "pin":
-        raise ConfigError(
-            "engine.backend: vllm does not park trajectories (engine.park_slots, task.tool_wait: pin); its "
-            "prefix cache keeps a finished turn's blocks by itself: use task.tool_wait: release or priority"
-        )
-    try:
-        check_vllm_args(e.vllm)
-    except ImportError:
-        pass  # without vllm the settings are checked when the engine starts (and the error names the extra)
-    except ValueError as err:
-        raise ConfigError(f"config field {err}") from None
-
-
-def _validate_data(cfg: RunConfig) -> None:
-    from schedrl.data import SCHEDULERS, DataContext, make_scheduler
-    from schedrl.envs import TaskSource
-
-    d = cfg.data
-    if d.scheduler not in SCHEDULERS:
-        raise ConfigError(
-            f"config field 'data.scheduler' must be one of {', '.join(sorted(SCHEDULERS))}, "
-            f"got {d.scheduler!r}"
-        )
-    # builds nothing heavy: a scheduler reads its task source only when first asked for a batch
-    ctx = DataContext(typing.cast("TaskSource", None), cfg.seed, cfg.sampling.group_size, cfg.steps)
-    try:
-        make_scheduler(d.scheduler, ctx, **d.args)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(f"config field 'data.args' ({d.args!r}): {err}") from None
-
-
-def _validate_rollout(cfg: RunConfig) -> None:
-    from schedrl.envs.registry import ENVIRONMENTS
-
-    if cfg.task.env not in ENVIRONMENTS and ":" not in cfg.task.env:
-        raise ConfigError(
-            f"config field 'task.env' must be one of {', '.join(ENVIRONMENTS.names())} or a dotted path "
-            f"'pkg.module:Env', got {cfg.task.env!r}"
-        )
-    r = cfg.rollout
-    if r.draft_versions <= 0:
-        raise ConfigError(f"config field 'rollout.draft_versions' must be > 0, got {r.draft_versions!r}")
-    if r.prune_keep and not 2 <= r.prune_keep < cfg.sampling.group_size:
-        raise ConfigError(
-            f"config field 'rollout.prune_keep' must be 0 (off) or in [2, sampling.group_size="
-            f"{cfg.sampling.group_size}), got {r.prune_keep!r}"
-        )
-    if not 0 <= r.prune_success_frac <= 1:
-        raise ConfigError(
-            f"config field 'rollout.prune_success_frac' must be in [0, 1], got {r.prune_success_frac!r}"
-        )
-    if r.prune_check_tokens <= 0:
-        raise ConfigError(
-            f"config field 'rollout.prune_check_tokens' must be > 0, got {r.prune_check_tokens!r}"
-        )
-    from schedrl.algos.turn_credit import TURN_CREDITS
-
-    if cfg.algo.turn_credit not in TURN_CREDITS:
-        raise ConfigError(
-            f"config field 'algo.turn_credit' must be one of {', '.join(TURN_CREDITS)}, "
-            f"got {cfg.algo.turn_credit!r}"
+            f"config field 'engine.vllm' ({', '.join(sorted(e.vllm))}) is set but engine.backend is "
+            f"{e.backend!r}; set engine.backend: vllm"
         )
     if not 0.0 <= cfg.algo.turn_discount <= 1.0:
         raise ConfigError(
             f"config field 'algo.turn_discount' must be in [0, 1], got {cfg.algo.turn_discount!r}"
         )
-    if cfg.algo.turn_credit == "return_to_go" and cfg.algo.advantage != "grpo":
+    if t.max_env_error_rate > 1:
         raise ConfigError(
-            "config field 'algo.turn_credit' is 'return_to_go': it replaces the group advantage with one per "
-            f"turn and needs algo.advantage 'grpo', got {cfg.algo.advantage!r}"
+            f"config field 'task.max_env_error_rate' must be in [0, 1], got {t.max_env_error_rate!r}"
         )
-    if cfg.task.max_env_error_rate > 1:
-        raise ConfigError(
-            f"config field 'task.max_env_error_rate' must be in [0, 1], got {cfg.task.max_env_error_rate!r}"
-        )
-    if cfg.task.max_turn_tokens is not None and cfg.task.max_turn_tokens <= 0:
-        raise ConfigError(
-            f"config field 'task.max_turn_tokens' must be > 0, got {cfg.task.max_turn_tokens!r}"
-        )
-    from schedrl.rollout.tool_wait import make_tool_wait
+    if t.max_turn_tokens is not None and t.max_turn_tokens <= 0:
+        raise ConfigError(f"config field 'task.max_turn_tokens' must be > 0, got {t.max_turn_tokens!r}")
 
-    try:
-        make_tool_wait(cfg.task.tool_wait, **cfg.task.tool_wait_args)
-    except ValueError as e:
-        raise ConfigError(f"config field 'task.tool_wait': {e}") from None
-    on = [f"rollout.{n}" for n in ("speculative", "prune_keep") if getattr(r, n)]
-    if cfg.task.env != "single_turn" and on:
+
+def _validate_schedule(s: Schedule, where: str = "schedule") -> None:
+    """What the record alone can tell; each policy's own arguments are checked by its `Args` when the
+    schedule is resolved (`schedrl.orchestrate.schedule.check_schedule`)."""
+    if s.max_staleness != "auto" and s.max_staleness < 0:
         raise ConfigError(
-            f"config field 'task.env' is {cfg.task.env!r}: multi-turn episodes run without speculative "
-            f"reuse or pruning (they verify or prune single completions); got {on[0]}"
+            f"config field '{where}.max_staleness' must be >= 0 or 'auto', got {s.max_staleness!r}"
         )
-    if len(on) == 2:
+    if s.max_staleness != "auto" and s.staleness_args:
         raise ConfigError(
-            "config fields 'rollout.speculative' and 'rollout.prune_keep' cannot both be on: a "
-            "group's drafts would finish outside the pruner's view"
-        )
-    if on and cfg.pipeline.mode == "async":
-        raise ConfigError(
-            f"config field '{on[0]}' works in the synchronous loop only (pipeline.mode: sync), "
-            "got pipeline.mode 'async'"
+            f"config field '{where}.staleness_args' ({', '.join(sorted(s.staleness_args))}) is set but "
+            f"{where}.max_staleness is {s.max_staleness!r}: only 'auto' takes arguments"
         )
 
 
-def _validate_pipeline(p: PipelineConfig, algo: AlgoConfig) -> None:
-    from schedrl.orchestrate.consumption import CONSUMPTION
-    from schedrl.orchestrate.weight_sync import WEIGHT_SYNC
-
-    for name, registry in (("weight_sync", WEIGHT_SYNC), ("consumption", CONSUMPTION)):
-        if getattr(p, name) not in registry:
-            raise ConfigError(
-                f"config field 'pipeline.{name}' must be one of {', '.join(registry.names())}, "
-                f"got {getattr(p, name)!r}"
-            )
-    off_policy = (
-        p.max_staleness != 0
-        or WEIGHT_SYNC.get(p.weight_sync).off_policy
-        or CONSUMPTION.get(p.consumption).off_policy
-    )
-    if p.mode == "async" and off_policy and algo.correction == "none":
-        raise ConfigError(
-            "config field 'algo.correction' is 'none', but pipeline settings (max_staleness="
-            f"{p.max_staleness!r}, weight_sync={p.weight_sync!r}, consumption={p.consumption!r}) train on "
-            "tokens from older weights; choose 'decoupled', 'tis' or 'cross_stage' so they are corrected"
-        )
-    if p.max_staleness != "auto" and p.max_staleness < 0:
-        raise ConfigError(
-            f"config field 'pipeline.max_staleness' must be >= 0 or 'auto', got {p.max_staleness!r}"
-        )
-    if not 0 <= p.staleness_min <= p.staleness_max:
-        raise ConfigError(
-            f"config fields 'pipeline.staleness_min' and 'pipeline.staleness_max' need "
-            f"0 <= min <= max, got {p.staleness_min!r} and {p.staleness_max!r}"
-        )
-    if not 0 <= p.auto_low < p.auto_high:
-        raise ConfigError(
-            f"config fields 'pipeline.auto_low' and 'pipeline.auto_high' need 0 <= low < high, "
-            f"got {p.auto_low!r} and {p.auto_high!r}"
-        )
-    if p.overprovision < 1:
-        raise ConfigError(f"config field 'pipeline.overprovision' must be >= 1, got {p.overprovision!r}")
+def _validate_pipeline(p: PipelineConfig) -> None:
     for name in ("engine_chunk_steps", "num_engines", "engine_cpus", "learner_cpus"):
         if getattr(p, name) <= 0:
             raise ConfigError(f"config field 'pipeline.{name}' must be > 0, got {getattr(p, name)!r}")
@@ -591,14 +472,15 @@ def apply_sets(data: dict[str, Any] | None, overrides: Sequence[str] = ()) -> di
     return data
 
 
-def build_dataclass(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+def build_dataclass(cls: type, data: dict[str, Any], prefix: str = "", noun: str = "config field") -> Any:
     """`cls` (a config dataclass, sections nested) from a mapping: every key known and typed, or a
-    `ConfigError` naming the dotted field and the bad value."""
+    `ConfigError` naming the dotted field and the bad value; `noun` says what a field is in messages
+    ("config field", or "argument" for a policy's `Args`)."""
     if not isinstance(data, dict):
         raise ConfigError(
             f"config{' ' + prefix.rstrip('.') if prefix else ''} must be a mapping, got {data!r}"
         )
-    return _build(cls, data, prefix)
+    return _build(cls, data, prefix, noun)
 
 
 def config_from_dict(data: dict[str, Any] | None, overrides: Sequence[str] = ()) -> RunConfig:
@@ -623,7 +505,54 @@ def migrate_saved(data: dict[str, Any]) -> dict[str, Any]:
         sec = data.get(section)
         if isinstance(sec, dict) and "share_prompts" in sec:
             sec.setdefault(new, sec.pop("share_prompts"))
+    a = data.get("algo")
+    if isinstance(a, dict) and ("name" in a or not _OLD_LOSS_ARGS.keys().isdisjoint(a)):
+        a["loss"] = a.pop("name", a.get("loss", "grpo"))
+        moved = {k: a.pop(k) for k in _OLD_LOSS_ARGS if k in a}
+        args = {k: v for k, v in moved.items() if v != _OLD_LOSS_ARGS[k]}
+        if a["loss"] == "rapid" and a.get("is_cap", 2.0) != 2.0:  # rapid's cap was algo.is_cap then
+            args["is_cap"] = a["is_cap"]
+        a["loss_args"] = {**args, **(a.get("loss_args") or {})}
+    if "schedule" not in data:
+        data["schedule"] = _saved_schedule(data)
     return data
+
+
+def _saved_schedule(data: dict[str, Any]) -> dict[str, Any]:
+    """The `schedule` section of a config saved before it existed, from the sections its keys lived in
+    (which lose them)."""
+    p, e, t = (data.setdefault(k, {}) for k in ("pipeline", "engine", "task"))
+    out: dict[str, Any] = {
+        k: p.pop(k) for k in ("max_staleness", "stale", "weight_sync", "consumption") if k in p
+    }
+    auto = {"staleness_min": "k_min", "staleness_max": "k_max", "auto_low": "low", "auto_high": "high"}
+    staleness_args = {new: p.pop(old) for old, new in auto.items() if old in p}
+    if out.get("max_staleness") == "auto":
+        out["staleness_args"] = staleness_args
+    over = p.pop("overprovision", 1.0)
+    consumption = out.get("consumption", "wave")
+    if consumption in ("partial", "tail"):
+        out["consumption_args"] = {"overprovision" if consumption == "partial" else "eta": over}
+    for key, section in (("admission", e), ("admission_args", e), ("tool_wait", t), ("tool_wait_args", t)):
+        if key in section:
+            out[key] = section.pop(key)
+    d = data.pop("data", None) or {}
+    if "scheduler" in d:
+        out["data"], out["data_args"] = d["scheduler"], d.get("args", {})
+    r = data.pop("rollout", None) or {}
+    if r.get("speculative"):
+        out["rollout"], out["rollout_args"] = "speculative", {"draft_versions": r.get("draft_versions", 4)}
+    elif r.get("prune_keep"):
+        names = {
+            "prune_keep": "keep",
+            "prune_success_frac": "success_frac",
+            "prune_check_tokens": "check_tokens",
+        }
+        out["rollout"] = "pruning"
+        out["rollout_args"] = {
+            new: r[old] for old, new in {**names, "prune_mode": "mode"}.items() if old in r
+        }
+    return out
 
 
 def read_recipe(path: str | Path) -> dict[str, Any]:

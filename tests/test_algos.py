@@ -22,6 +22,7 @@ from schedrl.algos import (
     registry,
     token_logprobs,
 )
+from schedrl.algos.losses import ClipArgs
 from schedrl.algos.spec import LossSpec
 
 LN = math.log
@@ -265,9 +266,9 @@ def test_registry(monkeypatch):
     with pytest.raises(ValueError, match="valid: advantage, loss"):
         get("reward", "grpo")
     monkeypatch.setattr(registry.LOSSES, "_entries", dict(registry.LOSSES._entries))
-    register("loss", "mine", "a test loss", LossSpec(options=("clip_eps",)))(ppo_clip_loss)
+    register("loss", "mine", "a test loss", LossSpec(args=ClipArgs))(ppo_clip_loss)
     assert available("loss")["mine"] == "a test loss"
-    assert registry.loss_spec("mine").keywords() == {"agg", "clip_eps"}
+    assert registry.loss_spec("mine").keywords() == {"agg", "clip_eps", "clip_eps_high"}
     with pytest.raises(ValueError, match="already registered"):
         register("loss", "mine", "again", LossSpec())(grpo_loss)
     with pytest.raises(ValueError, match="registered with a LossSpec"):

@@ -132,7 +132,7 @@ def test_a_run_that_fails_validation_leaves_no_run_directory(tmp_path, capsys):
 
     for bad in (
         ["task.name=nope"],
-        ["algo.name=nope"],
+        ["algo.loss=nope"],
         ["task.name=file", f"task.args={{path: {tmp_path}/x.jsonl, reward: a:b}}"],
     ):
         sets = [a for s in bad for a in ("--set", s)]

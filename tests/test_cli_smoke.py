@@ -43,34 +43,34 @@ TOOLS = [
 ]
 MODES = {
     "sync": [],
-    "async_threads": [*ASYNC, "pipeline.max_staleness=2"],
+    "async_threads": [*ASYNC, "schedule.max_staleness=2"],
     "async_local_k0": ["pipeline.mode=async", "pipeline.backend=local"],
     "async_ray": [
         "pipeline.mode=async",
         "pipeline.backend=ray",
-        "pipeline.max_staleness=1",
+        "schedule.max_staleness=1",
         "algo.correction=decoupled",
     ],
-    "auto_staleness": [*ASYNC, "pipeline.max_staleness=auto"],
-    "inflight": [*ASYNC, "pipeline.max_staleness=1", "pipeline.weight_sync=inflight"],
+    "auto_staleness": [*ASYNC, "schedule.max_staleness=auto"],
+    "inflight": [*ASYNC, "schedule.max_staleness=1", "schedule.weight_sync=inflight"],
     "partial": [
         *ASYNC,
-        "pipeline.max_staleness=1",
-        "pipeline.consumption=partial",
-        "pipeline.weight_sync=cut_resume",
-        "pipeline.overprovision=1.5",
+        "schedule.max_staleness=1",
+        "schedule.consumption=partial",
+        "schedule.weight_sync=cut_resume",
+        "schedule.consumption_args={overprovision: 1.5}",
     ],
-    "speculative": ["rollout.speculative=true", "data.scheduler=paced"],
-    "pruning": ["rollout.prune_keep=2"],
-    "lpt_sibling": ["engine.admission=lpt", "engine.admission_args={predictor: sibling}"],
-    "ppo": ["algo.name=ppo", "algo.advantage=reward"],
+    "speculative": ["schedule.rollout=speculative", "schedule.data=paced"],
+    "pruning": ["schedule.rollout=pruning", "schedule.rollout_args={keep: 2}"],
+    "lpt_sibling": ["schedule.admission=lpt", "schedule.admission_args={predictor: sibling}"],
+    "ppo": ["algo.loss=ppo", "algo.advantage=reward"],
     # multi-turn episodes with a tool in the asynchronous pipeline, on threads (pinned waits) and on Ray
-    "tools_async_threads_pin": [*TOOLS, *ASYNC, "pipeline.max_staleness=1", "task.tool_wait=pin"],
+    "tools_async_threads_pin": [*TOOLS, *ASYNC, "schedule.max_staleness=1", "schedule.tool_wait=pin"],
     "tools_async_ray": [*TOOLS, "pipeline.mode=async", "pipeline.backend=ray", "algo.correction=decoupled"],
     # the data schedulers on the tiered mix, whose domains they choose between
     **{
         f"data_{name}": [
-            f"data.scheduler={name}",
+            f"schedule.data={name}",
             "task.name=tiered",
             "task.args={}",
             "sampling.max_new_tokens=6",
@@ -155,7 +155,7 @@ def test_async_run_resumes_after_sigkill_without_losing_or_repeating_a_sample(tm
         str(recipe),
         *TINY,
         *_overrides(
-            [*ASYNC, "pipeline.max_staleness=2", "pipeline.weight_sync=inflight", *(TOOLS if tools else [])]
+            [*ASYNC, "schedule.max_staleness=2", "schedule.weight_sync=inflight", *(TOOLS if tools else [])]
         ),
     )
     deadline = time.time() + 180

@@ -1,6 +1,7 @@
 import pytest
 import yaml
 
+from schedrl.api import resolve_config
 from schedrl.config import ConfigError, RunConfig, config_from_dict, config_to_dict, load_config
 
 
@@ -86,8 +87,8 @@ def test_examples_are_valid_recipes():
 @pytest.mark.parametrize(
     ("section", "key", "replacement"),
     [
-        ("pipeline", "inflight_weight_updates", "pipeline.weight_sync: inflight"),
-        ("pipeline", "partial_rollouts", "pipeline.consumption: partial"),
+        ("pipeline", "inflight_weight_updates", "schedule.weight_sync: inflight"),
+        ("pipeline", "partial_rollouts", "schedule.consumption: partial"),
         ("engine", "share_prompts", "engine.prefill_prompt_once"),
         ("optim", "share_prompts", "optim.forward_prompt_once"),
     ],
@@ -98,14 +99,12 @@ def test_replaced_keys_name_what_replaces_them(section, key, replacement):
 
 
 def test_pipeline_policies_are_checked_by_name():
-    cfg = config_from_dict({"pipeline": {"weight_sync": "cut_resume", "consumption": "partial"}})
-    assert (cfg.pipeline.weight_sync, cfg.pipeline.consumption) == ("cut_resume", "partial")
-    with pytest.raises(
-        ConfigError, match="'pipeline.weight_sync' must be one of cut_resume, drain, inflight"
-    ):
-        config_from_dict({"pipeline": {"weight_sync": "eager"}})
-    with pytest.raises(ConfigError, match="weight_sync='inflight'.*choose 'decoupled'"):
-        config_from_dict({"pipeline": {"mode": "async", "weight_sync": "inflight"}})
+    cfg = config_from_dict({"schedule": {"weight_sync": "cut_resume", "consumption": "partial"}})
+    assert (cfg.schedule.weight_sync, cfg.schedule.consumption) == ("cut_resume", "partial")
+    with pytest.raises(ConfigError, match="'schedule.weight_sync'.*'eager'.*cut_resume, drain, inflight"):
+        resolve_config({"schedule": {"weight_sync": "eager"}})
+    with pytest.raises(ConfigError, match="weight_sync 'inflight'.*choose 'decoupled'"):
+        resolve_config({"pipeline": {"mode": "async"}, "schedule": {"weight_sync": "inflight"}})
 
 
 def test_multi_turn_environments_run_in_both_loops_without_speculation_or_pruning():
@@ -113,22 +112,22 @@ def test_multi_turn_environments_run_in_both_loops_without_speculation_or_prunin
     assert config_from_dict({"task": tools}).task.env == "tools"
     assert config_from_dict({"task": tools, "pipeline": {"mode": "async"}}).pipeline.mode == "async"
     with pytest.raises(
-        ConfigError, match="'task.env' is 'tools': multi-turn episodes run without speculative reuse"
+        ConfigError, match="'schedule.rollout': rollout mode 'speculative' does not run under multi-turn"
     ):
-        config_from_dict({"task": tools, "rollout": {"speculative": True}})
+        resolve_config({"task": tools, "schedule": {"rollout": "speculative"}})
     with pytest.raises(ConfigError, match="'task.max_turns' must be > 0"):
         config_from_dict({"task": {**tools, "max_turns": 0}})
     with pytest.raises(
         ConfigError, match="'task.env' must be one of guess, repair, single_turn, tools or a dotted path"
     ):
-        config_from_dict({"task": {"env": "chat"}})
+        resolve_config({"task": {"env": "chat"}})
 
 
 def test_a_saved_run_config_with_replaced_keys_still_loads(tmp_path):
     """Run directories from before the keys were replaced hold them (every field is saved): resume works."""
     old = config_to_dict(RunConfig())
     old["pipeline"] |= {"inflight_weight_updates": False, "partial_rollouts": True}
-    del old["pipeline"]["weight_sync"], old["pipeline"]["consumption"]
+    del old["schedule"]
     old["engine"]["share_prompts"] = old["engine"].pop("prefill_prompt_once")
     old["optim"]["share_prompts"] = False
     del old["optim"]["forward_prompt_once"]
@@ -137,7 +136,7 @@ def test_a_saved_run_config_with_replaced_keys_still_loads(tmp_path):
     with pytest.raises(ConfigError, match="was replaced"):
         load_config(path)
     cfg = load_config(path, saved=True)
-    assert (cfg.pipeline.weight_sync, cfg.pipeline.consumption) == ("cut_resume", "partial")
+    assert (cfg.schedule.weight_sync, cfg.schedule.consumption) == ("cut_resume", "partial")
     assert cfg.engine.prefill_prompt_once and not cfg.optim.forward_prompt_once
 
 

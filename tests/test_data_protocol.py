@@ -1,15 +1,21 @@
-"""Every data scheduler: the budget is never exceeded, state survives save/load exactly, seeds are deterministic."""
+"""Every data scheduler: the budget is never exceeded, state survives save/load exactly, seeds are
+deterministic, and its arguments are a checked, documented `Args` record."""
 
+import dataclasses
+import inspect
 import json
 import random
+import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedrl.config import ConfigError, config_from_dict
-from schedrl.data import SCHEDULERS, DataContext, DataScheduler, ScoredGroup, make_scheduler
+from schedrl.data import SCHEDULERS, DataContext, DataScheduler, ScoredGroup, check_args, make_scheduler
+from schedrl.data.e2h import EasyToHardScheduler
+from schedrl.data.paced import PacedScheduler
 from schedrl.envs import make_task
+from schedrl.registry import args_type
 
 SOURCE = make_task("tiered")
 ARGS = {name: ({} if name == "uniform" else {"pool_size": 48}) for name in SCHEDULERS}
@@ -80,19 +86,83 @@ def test_small_budget_is_refused_with_the_value():
         build("uniform").next_batch(3)
 
 
-def test_config_errors_name_the_field():
+def test_argument_errors_name_scheduler_argument_and_value():
     with pytest.raises(
-        ConfigError, match="'data.scheduler' must be one of coba, difficulty_profile, .*got 'nope'"
+        ValueError, match="unknown data scheduler 'nope'; valid schedulers: coba, difficulty_profile"
     ):
-        config_from_dict({"data": {"scheduler": "nope"}})
+        check_args("nope", {})
     with pytest.raises(
-        ConfigError, match="'data.args'.*unknown argument 'bogus'; valid arguments: pool_size"
+        ValueError, match="data scheduler 'coba': unknown argument 'bogus'; valid: pool_size, .*candidates"
     ):
-        config_from_dict({"data": {"scheduler": "coba", "args": {"bogus": 1}}})
-    with pytest.raises(ConfigError, match="'data.args'.*'coba': min_group must be an int >= 2, got 1"):
-        config_from_dict({"data": {"scheduler": "coba", "args": {"min_group": 1}}})
-    cfg = config_from_dict({"data": {"scheduler": "paced", "args": {"tau": 0.3}}})
-    assert cfg.data.scheduler == "paced" and cfg.data.args == {"tau": 0.3}
+        check_args("coba", {"bogus": 1})
+    with pytest.raises(
+        ValueError, match="data scheduler 'coba': argument 'min_group' must be an int >= 2, got 1"
+    ):
+        check_args("coba", {"min_group": 1})
+    with pytest.raises(ValueError, match="data scheduler 'paced': argument 'tau' must be float, got 'high'"):
+        make_scheduler("paced", DataContext(SOURCE, 0, 4, 20), tau="high")
+    with pytest.raises(ValueError, match="data scheduler 'uniform' takes no arguments, got pool_size"):
+        check_args("uniform", {"pool_size": 8})
+    assert check_args("paced", {"tau": 0.3}) == PacedScheduler.Args(tau=0.3)
+    assert check_args("uniform", {}) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "message"),
+    [
+        (
+            "zero_variance",
+            {"acc_low": 0.5, "acc_high": 0.5},
+            "argument 'acc_high' must be > acc_low .0.5., got 0.5",
+        ),
+        ("coba", {"min_group": 4, "max_group": 3}, "argument 'max_group' must be an int >= 4, got 3"),
+        (
+            "difficulty_profile",
+            {"unsolvable_p": 0.95},
+            r"argument 'unsolvable_p' must be a number in \[0, 0.9\]",
+        ),
+        ("dump_ucb", {"tau": 0.0}, r"argument 'tau' must be a number > 0, got 0.0"),
+        ("domain_reweight", {"pool_size": 0}, "argument 'pool_size' must be an int >= 1, got 0"),
+        ("e2h", {"order": ["A", 1]}, "argument 'order' must be"),
+    ],
+)
+def test_values_are_checked_with_the_argument_and_value(name, args, message):
+    with pytest.raises(ValueError, match=f"data scheduler '{name}': {message}"):
+        SCHEDULERS.check(name, args)
+
+
+def field_comments(args_cls) -> set[str]:
+    """The fields of `args_cls` (and the `Args` it extends) declared with a `# comment` on their line."""
+    source = "\n".join(inspect.getsource(c) for c in args_cls.__mro__ if "__dataclass_fields__" in vars(c))
+    return set(re.findall(r"^\s*(\w+): [^#\n]+# \S", source, re.MULTILINE))
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULERS))
+def test_every_scheduler_declares_its_arguments(name):
+    cls = SCHEDULERS.get(name)
+    args_cls = args_type(cls)
+    if args_cls is None:  # takes no arguments: its constructor takes the context alone
+        assert list(inspect.signature(cls).parameters) == ["ctx"] and SCHEDULERS.check(name, {}) is None
+        return
+    assert args_cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    fields = dataclasses.fields(args_cls)
+    assert all(f.default is not dataclasses.MISSING for f in fields)  # so check(name, {}) needs nothing
+    assert {f.name for f in fields} <= field_comments(args_cls)  # each argument says what it is
+    assert list(inspect.signature(cls).parameters) == ["ctx", "args"]
+    assert SCHEDULERS.check(name, {}) == args_cls()
+    checked = SCHEDULERS.check(name, ARGS[name])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        checked.pool_size = 1
+
+
+def test_args_are_given_as_a_record_too():
+    ctx = DataContext(SOURCE, 0, 4, 20)
+    direct = PacedScheduler(ctx, PacedScheduler.Args(pool_size=48, tau=0.3))
+    assert direct.tau == 0.3 and direct.pool_size == 48
+    assert SCHEDULERS.build("paced", PacedScheduler.Args(pool_size=48, tau=0.3), ctx).state_dict() == (
+        direct.state_dict()
+    )
+    assert EasyToHardScheduler.Args(order=["b", "a"]).order == ("b", "a")  # type: ignore[arg-type]
 
 
 def test_variable_group_sizes_through_requests_and_advantages(tokenizer):

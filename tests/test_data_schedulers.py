@@ -2,16 +2,20 @@
 
 import math
 import random
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
-from schedrl.data import DataContext, ScoredGroup, make_scheduler
-from schedrl.data.base import largest_remainder
+from schedrl.data import SCHEDULERS, DataContext, ScoredGroup, make_scheduler
+from schedrl.data.base import PoolScheduler, check_number, largest_remainder
 from schedrl.data.coba import allocate, group_value
 from schedrl.data.e2h import level_probs
 from schedrl.data.paced import weighted_sample
 from schedrl.envs import Task, make_task
 from schedrl.seeding import derive_seed
+
+HERE = "tests.test_data_schedulers"
 
 
 class ListSource:
@@ -42,7 +46,7 @@ def tasks(*specs):
     return out
 
 
-def build(name, pool, group_size=2, steps=10, **args):
+def build(name, pool, group_size=2, steps=10, **args) -> Any:  # the concrete scheduler, for its attributes
     return make_scheduler(name, DataContext(ListSource(pool), 0, group_size, steps), **args)
 
 
@@ -206,3 +210,46 @@ def test_paced_priorities_and_replay_by_hand():
     assert s.buffer == {"a": 0.5, "c": 0.5}
     batch = [t.id for t, _ in s.next_batch(8)]  # 4 prompts, round(0.5 * 4) = 2 replayed
     assert sorted(batch[:2]) == ["a", "c"] and not {"a", "c"} & set(batch[2:]) and s.buffer == {}
+
+
+class FirstTasks(PoolScheduler):
+    """A scheduler outside the registry: the pool's first ``count`` tasks every step, ``G`` samples each."""
+
+    name = "first_tasks"
+
+    @dataclass(frozen=True)
+    class Args(PoolScheduler.Args):
+        count: int = 1  # tasks per step
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            check_number("count", self.count, 1, integer=True)
+
+    def __init__(self, ctx: DataContext, args: Args = Args()) -> None:
+        super().__init__(ctx, args)
+        self.count = args.count
+
+    def _select(self, budget, rng):
+        return [
+            (t, self.ctx.group_size)
+            for t in self.pool.tasks[: min(self.count, budget // self.ctx.group_size)]
+        ]
+
+
+def test_a_users_scheduler_builds_by_dotted_path():
+    pool = tasks("a:x", "b:x", "c:x")
+    s = build(f"{HERE}:FirstTasks", pool, count=2, pool_size=3)
+    assert type(s).__name__ == "FirstTasks" and s.pool_size == 3
+    assert ids(s.next_batch(8)) == [("a", 2), ("b", 2)]
+    # imported by its path: a second copy of this module beside pytest's, so compare with that copy's class
+    assert SCHEDULERS.check(f"{HERE}:FirstTasks", {}) == SCHEDULERS.get(f"{HERE}:FirstTasks").Args()
+    with pytest.raises(
+        ValueError, match=f"data scheduler '{HERE}:FirstTasks': argument 'count' must be an int >= 1, got 0"
+    ):
+        build(f"{HERE}:FirstTasks", pool, count=0)
+    with pytest.raises(
+        ValueError, match=f"data scheduler '{HERE}:FirstTasks': unknown argument 'cnt'; valid: .*count"
+    ):
+        SCHEDULERS.check(f"{HERE}:FirstTasks", {"cnt": 2})
+    with pytest.raises(ValueError, match=f"data scheduler '{HERE}:Nope'.*no attribute 'Nope'"):
+        SCHEDULERS.check(f"{HERE}:Nope", {})

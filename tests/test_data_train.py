@@ -17,9 +17,9 @@ CFG = {
     "min_start_reward": 0.0,
     "task": {"name": "tiered"},
     "sampling": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 4},
-    "data": {
-        "scheduler": "difficulty_profile",
-        "args": {"pool_size": 12, "probe_samples": 2, "max_group": 8},
+    "schedule": {
+        "data": "difficulty_profile",
+        "data_args": {"pool_size": 12, "probe_samples": 2, "max_group": 8},
     },
 }
 

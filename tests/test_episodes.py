@@ -157,6 +157,8 @@ def test_synchronous_training_with_a_calculator_tool(tmp_path, tool_wait):
                 "env": "tools",
                 "env_args": {"tools": ["schedrl.envs.calc:calc"]},
                 "max_turns": 3,
+            },
+            "schedule": {
                 "tool_wait": tool_wait,
                 "tool_wait_args": {"priority": "progress"} if tool_wait == "pin" else {},
             },

@@ -50,7 +50,7 @@ def _uncut(model, tokenizer, policy) -> dict:
         plain.runner.close()
 
 
-@pytest.mark.parametrize("policy", [Release(), Pin(prior_wait_s=5.0)], ids=["release", "pin"])
+@pytest.mark.parametrize("policy", [Release(), Pin(Pin.Args(prior_wait_s=5.0))], ids=["release", "pin"])
 def test_episodes_cut_at_any_step_resume_exactly(model, tokenizer, policy):
     ref = _uncut(model, tokenizer, policy)
     cut, reqs = _episodes(model, tokenizer, policy, park_slots=3)
@@ -81,7 +81,7 @@ def test_episodes_cut_at_any_step_resume_exactly(model, tokenizer, policy):
         assert torch.allclose(torch.tensor(s.logprobs), torch.tensor(r.logprobs), atol=1e-4)
 
 
-@pytest.mark.parametrize("policy", [Release(), Pin(prior_wait_s=5.0)], ids=["release", "pin"])
+@pytest.mark.parametrize("policy", [Release(), Pin(Pin.Args(prior_wait_s=5.0))], ids=["release", "pin"])
 def test_discarded_episodes_end_for_good_and_the_rest_run_as_alone(model, tokenizer, policy):
     """Tail batching abandons spare episodes (`EngineWorker.abort` discards them): one with a model turn in
     the engine and one waiting on its environment end with no sample, their environments close, the
@@ -156,18 +156,24 @@ CALC = {
     "pipeline",
     [
         {"max_staleness": 1, "weight_sync": "inflight"},
-        {"max_staleness": 1, "consumption": "partial", "weight_sync": "cut_resume", "overprovision": 1.5},
+        {
+            "max_staleness": 1,
+            "consumption": "partial",
+            "weight_sync": "cut_resume",
+            "consumption_args": {"overprovision": 1.5},
+        },
     ],
     ids=["inflight", "partial_cut_resume"],
 )
 def test_asynchronous_training_with_tools_on_threads(tmp_path, pipeline):
     cfg = config_from_dict(
         {
-            "task": {**CALC, "tool_wait": "pin", "tool_wait_args": {"priority": "progress"}},
+            "task": CALC,
             "engine": {"park_slots": 8},
             "sampling": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 24},
             "algo": {"correction": "decoupled", "turn_credit": "return_to_go", "turn_discount": 0.9},
-            "pipeline": {"mode": "async", "backend": "threads", **pipeline},
+            "pipeline": {"mode": "async", "backend": "threads"},
+            "schedule": {"tool_wait": "pin", "tool_wait_args": {"priority": "progress"}, **pipeline},
             "steps": 3,
             "save_every": 2,
             "sft": {"steps": 20},

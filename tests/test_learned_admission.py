@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from schedrl.classic.attention import EntityAttentionPolicy, load_entity_policy, save_entity_policy
 from schedrl.classic.config import ClassicConfig, EnvSection, PretrainSection, classic_config_from_dict
 from schedrl.classic.imitate import clone
 from schedrl.config import ConfigError
+from schedrl.entity_attention import EntityAttentionPolicy, load_entity_policy, save_entity_policy
 from schedrl.envs.scheduling.admission_env import (
     FEATURES,
     AdmissionEnv,
@@ -18,9 +18,9 @@ from schedrl.envs.scheduling.admission_env import (
     admission_features,
     teacher_choice,
 )
-from schedrl.rollout.learned import LearnedAdmission
-from schedrl.rollout.predictors import LengthPredictor
-from schedrl.rollout.registry import make_admission
+from schedrl.rollout.learned import Learned, LearnedAdmission
+from schedrl.rollout.predictors import LengthPredictor, SiblingPredictor
+from schedrl.rollout.registry import ADMISSION, make_admission
 from schedrl.types import Request, SamplingParams
 
 
@@ -125,12 +125,18 @@ def test_engine_admission_learned_is_built_from_a_checkpoint_and_refuses_bad_one
     path = tmp_path / "lpt.pt"
     save_entity_policy(path, lpt_network(), {})
     assert isinstance(make_admission("learned", checkpoint=str(path)), LearnedAdmission)
-    with pytest.raises(ValueError, match="needs checkpoint"):
+    with pytest.raises(ValueError, match="admission policy 'learned': argument 'checkpoint' is required"):
         make_admission("learned")
     with pytest.raises(ValueError, match="unknown argument.*slot"):
         make_admission("learned", checkpoint=str(path), slot=3)
-    with pytest.raises(ValueError, match="no such policy file or run directory"):
+    with pytest.raises(
+        ValueError,
+        match=r"admission policy 'learned': argument 'checkpoint' must be an existing policy file or classic "
+        r"run directory, got '.*missing.pt'",
+    ):
         make_admission("learned", checkpoint=str(tmp_path / "missing.pt"))
+    with pytest.raises(ValueError, match="no such policy file or run directory"):
+        LearnedAdmission(tmp_path / "missing.pt")
     other = tmp_path / "dag.pt"
     save_entity_policy(other, EntityAttentionPolicy(12, 8, 1, 1), {})
     with pytest.raises(ValueError, match="reads 12 features per request"):
@@ -138,6 +144,32 @@ def test_engine_admission_learned_is_built_from_a_checkpoint_and_refuses_bad_one
     (tmp_path / "junk.pt").write_bytes(b"not a policy")
     with pytest.raises(Exception, match="junk.pt|pickle|invalid load key"):
         make_admission("learned", checkpoint=str(tmp_path / "junk.pt"))
+
+
+def test_checking_learned_loads_nothing_and_checks_the_predictor(tmp_path, monkeypatch):
+    """A config check builds the `Args` only: no checkpoint is read (this one is not even a policy), but a
+    bad argument of the predictor it names is caught; building reads the checkpoint."""
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"not a policy")
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a check loaded a checkpoint")
+
+    monkeypatch.setattr(torch, "load", no_load)
+    args = ADMISSION.check("learned", {"checkpoint": str(junk), "predictor": "history", "max_waiting": 8})
+    assert args == Learned.Args(checkpoint=str(junk), predictor="history", max_waiting=8)
+    with pytest.raises(
+        ValueError, match=r"'learned': argument 'predictor_args'.*'default' must be >= 0, got -1"
+    ):
+        ADMISSION.check("learned", {"checkpoint": str(junk), "predictor_args": {"default": -1}})
+    with pytest.raises(ValueError, match=r"'learned': argument 'max_waiting' must be > 0, got 0"):
+        ADMISSION.check("learned", {"checkpoint": str(junk), "max_waiting": 0})
+    monkeypatch.undo()
+    path = tmp_path / "lpt.pt"
+    save_entity_policy(path, lpt_network(), {})
+    policy = ADMISSION.build("learned", {"checkpoint": str(path), "max_waiting": 8})
+    assert isinstance(policy, Learned) and isinstance(policy.predictor, SiblingPredictor)
+    assert policy.max_waiting == 8 and policy.info["architecture"]["dim"] == 8
 
 
 def test_cloning_the_lpt_teacher_reproduces_lpt_schedules():

@@ -108,7 +108,7 @@ def test_kl_to_an_identical_reference_is_zero(default_model):
 
 @pytest.mark.parametrize("name", ["grpo", "dapo", "gspo", "cispo"])
 def test_registered_losses_train_through_the_learner(default_model, name):
-    after, _, stats = params_after(default_model, OptimConfig(), AlgoConfig(name=name))
+    after, _, stats = params_after(default_model, OptimConfig(), AlgoConfig(loss=name))
     before = torch.nn.utils.parameters_to_vector(default_model.parameters()).detach()
     assert torch.isfinite(torch.tensor(stats[0]["loss"])) and not torch.allclose(after, before)
 
@@ -116,16 +116,16 @@ def test_registered_losses_train_through_the_learner(default_model, name):
 def test_a_loss_the_learner_cannot_drive_is_a_clear_error(default_model):
     with pytest.raises(
         ValueError,
-        match=r"algo.name='drgrpo': .* does not take agg, so algo.loss_agg='seq_mean' cannot apply; "
+        match=r"algo.loss='drgrpo': .* does not take agg, so algo.loss_agg='seq_mean' cannot apply; "
         r"pick one of: cispo, dapo, grpo, gspo",
     ):
         Learner(
-            copy.deepcopy(default_model), OptimConfig(), AlgoConfig(name="drgrpo", loss_agg="seq_mean"), 10
+            copy.deepcopy(default_model), OptimConfig(), AlgoConfig(loss="drgrpo", loss_agg="seq_mean"), 10
         )
-    with pytest.raises(ValueError, match=r"algo.name='ppo_clip': .* takes no ref_logp, so algo.kl_coef=0.1"):
-        Learner(copy.deepcopy(default_model), OptimConfig(), AlgoConfig(name="ppo_clip", kl_coef=0.1), 10)
+    with pytest.raises(ValueError, match=r"algo.loss='ppo_clip': .* takes no ref_logp, so algo.kl_coef=0.1"):
+        Learner(copy.deepcopy(default_model), OptimConfig(), AlgoConfig(loss="ppo_clip", kl_coef=0.1), 10)
     with pytest.raises(ValueError, match="unknown loss 'nope'"):
-        Learner(copy.deepcopy(default_model), OptimConfig(), AlgoConfig(name="nope"), 10)
+        Learner(copy.deepcopy(default_model), OptimConfig(), AlgoConfig(loss="nope"), 10)
 
 
 def test_adamw_is_fused_on_cpu_and_steps_as_the_per_tensor_loop():

@@ -62,14 +62,14 @@ def test_prompt_groups_labels_rows_by_prompt():
 @pytest.mark.parametrize(
     "algo",
     [
-        AlgoConfig(name="drgrpo"),
-        AlgoConfig(name="ppo", advantage="reward"),
-        AlgoConfig(name="sao", advantage="reward"),
-        AlgoConfig(name="rover"),
-        AlgoConfig(name="pacs", advantage="reward"),
-        AlgoConfig(name="rapid"),
+        AlgoConfig(loss="drgrpo"),
+        AlgoConfig(loss="ppo", advantage="reward"),
+        AlgoConfig(loss="sao", advantage="reward"),
+        AlgoConfig(loss="rover"),
+        AlgoConfig(loss="pacs", advantage="reward"),
+        AlgoConfig(loss="rapid"),
     ],
-    ids=lambda a: a.name,
+    ids=lambda a: a.loss,
 )
 def test_micro_batching_does_not_change_the_update(default_model, algo):
     batch, rewards = grouped_batch()
@@ -86,7 +86,7 @@ def test_micro_batching_does_not_change_the_update(default_model, algo):
 def test_drgrpo_divides_by_rows_times_budget(default_model):
     batch, rewards = grouped_batch()
     learner = Learner(
-        copy.deepcopy(default_model), OptimConfig(), AlgoConfig(name="drgrpo"), 10, max_new_tokens=6
+        copy.deepcopy(default_model), OptimConfig(), AlgoConfig(loss="drgrpo"), 10, max_new_tokens=6
     )
     logp = learner.logprobs(learner.model, batch)
     expected, _ = drgrpo_loss(logp, logp, rewards - 0.5, batch.mask, max_tokens=len(batch) * 6)
@@ -96,7 +96,7 @@ def test_drgrpo_divides_by_rows_times_budget(default_model):
 
 def test_ppo_value_head_is_trained_and_checkpointed(default_model):
     batch, rewards = grouped_batch()
-    algo = AlgoConfig(name="ppo", advantage="reward", vf_coef=0.5)
+    algo = AlgoConfig(loss="ppo", loss_args={"vf_coef": 0.5}, advantage="reward")
     _, learner, stats = _run(default_model, algo, OptimConfig(lr=1e-2, ppo_epochs=2), batch, rewards, steps=3)
     head = learner.value_head
     assert head is not None and any(
@@ -117,7 +117,7 @@ def test_ppo_value_head_is_trained_and_checkpointed(default_model):
 def test_pacs_micro_batches_hold_whole_groups(default_model):
     batch, rewards = grouped_batch(n_prompts=3, group=4)
     learner = Learner(
-        copy.deepcopy(default_model), OptimConfig(micro_batch_size=5), AlgoConfig(name="pacs"), 10
+        copy.deepcopy(default_model), OptimConfig(micro_batch_size=5), AlgoConfig(loss="pacs"), 10
     )
     groups = prompt_groups(batch)
     chunks = learner._micro_batches(torch.arange(len(batch)), groups, batch)
@@ -125,7 +125,7 @@ def test_pacs_micro_batches_hold_whole_groups(default_model):
     for c in chunks:
         assert len(set(groups[c].tolist())) == 1
     minibatches = Learner(
-        copy.deepcopy(default_model), OptimConfig(minibatches=3), AlgoConfig(name="pacs"), 10
+        copy.deepcopy(default_model), OptimConfig(minibatches=3), AlgoConfig(loss="pacs"), 10
     )
     parts = minibatches._minibatch_indices(len(batch), True, torch.Generator().manual_seed(0), groups)
     assert sorted(len(set(groups[p].tolist())) for p in parts) == [1, 1, 1]

@@ -103,5 +103,5 @@ def test_correction_config_errors(default_model):
         config_from_dict({"algo": {"correction": "bogus"}})
     assert config_from_dict({"algo": {"correction": "tis", "is_cap": 3}}).algo.is_cap == 3.0
     assert config_from_dict([], ["algo.is_cap=.inf"]).algo.is_cap == math.inf  # no cap
-    with pytest.raises(ValueError, match=r"algo.correction='decoupled' .* got algo.name='gspo'"):
-        _learner(default_model, AlgoConfig(name="gspo", correction="decoupled"))
+    with pytest.raises(ValueError, match=r"algo.correction='decoupled' .* got algo.loss='gspo'"):
+        _learner(default_model, AlgoConfig(loss="gspo", correction="decoupled"))

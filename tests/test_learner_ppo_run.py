@@ -1,4 +1,4 @@
-"""`algo.name: ppo` end to end: a run trains the value head, checkpoints it, and a resume restores it."""
+"""`algo.loss: ppo` end to end: a run trains the value head, checkpoints it, and a resume restores it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from schedrl.training.checkpoint import latest_checkpoint, load_checkpoint
 from schedrl.training.run_dir import RunDir, read_metrics
 
 PPO = {
-    "algo": {"name": "ppo", "advantage": "reward", "vf_coef": 0.5},
+    "algo": {"loss": "ppo", "loss_args": {"vf_coef": 0.5}, "advantage": "reward"},
     "steps": 2,
     "save_every": 1,
     "sft": {"steps": 0},

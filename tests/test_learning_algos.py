@@ -88,22 +88,28 @@ def assert_rises(curve):
 OPTIM = OptimConfig(lr=1e-2)
 CASES = {
     "grpo": (AlgoConfig(), {}),
-    "ppo": (AlgoConfig(name="ppo", advantage="reward", vf_coef=0.5), {}),
+    "ppo": (AlgoConfig(loss="ppo", loss_args={"vf_coef": 0.5}, advantage="reward"), {}),
     "decoupled": (AlgoConfig(correction="decoupled"), {"lag": 1}),
 }
 SLOW_CASES = {
-    "drgrpo": (AlgoConfig(name="drgrpo", std_normalize=False), {}),
-    "dapo": (AlgoConfig(name="dapo", clip_eps_high=0.28), {}),
-    "gspo": (AlgoConfig(name="gspo", clip_eps=3e-4, clip_eps_high=4e-4, loss_agg="seq_mean"), {}),
-    "cispo": (AlgoConfig(name="cispo", clip_eps=1.0, clip_eps_high=4.0), {}),
+    "drgrpo": (AlgoConfig(loss="drgrpo", std_normalize=False), {}),
+    "dapo": (AlgoConfig(loss="dapo", loss_args={"clip_eps_high": 0.28}), {}),
+    "gspo": (
+        AlgoConfig(loss="gspo", loss_args={"clip_eps": 3e-4, "clip_eps_high": 4e-4}, loss_agg="seq_mean"),
+        {},
+    ),
+    "cispo": (AlgoConfig(loss="cispo", loss_args={"clip_eps": 1.0, "clip_eps_high": 4.0}), {}),
     "lite_ppo": (AlgoConfig(advantage="lite_ppo"), {}),
     "rloo": (AlgoConfig(advantage="rloo", std_normalize=False), {}),
     "reinforce_pp": (AlgoConfig(advantage="reinforce_pp"), {"n_prompts": 32, "group": 1}),
     "reinforce_pp_baseline": (AlgoConfig(advantage="reinforce_pp_baseline"), {}),
-    "sao": (AlgoConfig(name="sao", advantage="reward", vf_coef=0.5), {"n_prompts": 16, "group": 1}),
-    "rover": (AlgoConfig(name="rover", std_normalize=False), {}),
-    "pacs": (AlgoConfig(name="pacs", advantage="reward"), {}),
-    "rapid": (AlgoConfig(name="rapid"), {"n_prompts": 16, "optim": OptimConfig(lr=1e-2, minibatches=4)}),
+    "sao": (
+        AlgoConfig(loss="sao", loss_args={"vf_coef": 0.5}, advantage="reward"),
+        {"n_prompts": 16, "group": 1},
+    ),
+    "rover": (AlgoConfig(loss="rover", std_normalize=False), {}),
+    "pacs": (AlgoConfig(loss="pacs", advantage="reward"), {}),
+    "rapid": (AlgoConfig(loss="rapid"), {"n_prompts": 16, "optim": OptimConfig(lr=1e-2, minibatches=4)}),
     "tis": (AlgoConfig(correction="tis"), {"lag": 1}),
     "cross_stage": (AlgoConfig(correction="cross_stage"), {"lag": 2, "resumed": True}),
 }

@@ -11,11 +11,11 @@ from schedrl.orchestrate.sync import train
 from schedrl.training.run_dir import RunDir, read_metrics
 
 ALGOS = {
-    "ppo": {"name": "ppo", "advantage": "reward", "vf_coef": 0.5},
-    "sao": {"name": "sao", "advantage": "reward", "vf_coef": 0.5},
-    "rover": {"name": "rover", "std_normalize": False},
-    "pacs": {"name": "pacs", "advantage": "reward"},
-    "rapid": {"name": "rapid"},
+    "ppo": {"loss": "ppo", "loss_args": {"vf_coef": 0.5}, "advantage": "reward"},
+    "sao": {"loss": "sao", "loss_args": {"vf_coef": 0.5}, "advantage": "reward"},
+    "rover": {"loss": "rover", "std_normalize": False},
+    "pacs": {"loss": "pacs", "advantage": "reward"},
+    "rapid": {"loss": "rapid"},
 }
 EXTRA = {
     "sao": {"sampling": {**REVERSE["sampling"], "prompts_per_step": 128, "group_size": 1}},

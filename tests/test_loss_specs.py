@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -57,7 +58,11 @@ def test_learner_drives_a_new_loss_from_its_spec(default_model, monkeypatch):
         loss = -(adv[:, None] * logp * mask).sum() / max_tokens
         return loss, {"seen_tokens": float(mask.sum())}
 
-    spec = LossSpec(frozenset({"behav_logp", "versions"}), "constant", ("clip_eps",))
+    @dataclass(frozen=True)
+    class Args:
+        clip_eps: float = 0.2  # read by the test loss
+
+    spec = LossSpec(frozenset({"behav_logp", "versions"}), "constant", args=Args)
     registry.register("loss", "reinforce_sum", "test: REINFORCE over a constant", spec)(reinforce_sum)
     prompts, completions = [[5, 6, 7], [5, 6], [8, 9, 10, 11]], [[12, 13], [14], [15, 16, 17]]
     behaviour = [[-1.0, -2.0], [-3.0], [-0.5, -0.25, -0.125]]
@@ -70,7 +75,7 @@ def test_learner_drives_a_new_loss_from_its_spec(default_model, monkeypatch):
         learner = Learner(
             model,
             OptimConfig(micro_batch_size=micro, micro_batch_tokens=0, lr=1e-2),
-            AlgoConfig(name="reinforce_sum", clip_eps=0.3),
+            AlgoConfig(loss="reinforce_sum", loss_args={"clip_eps": 0.3}),
             10,
             max_new_tokens=4,
         )

@@ -94,10 +94,10 @@ def update_with_and_without(default_model, algo, batch, adv, flag):
     return out
 
 
-@pytest.mark.parametrize("algo", [AlgoConfig(), AlgoConfig(name="ppo")])
+@pytest.mark.parametrize("algo", [AlgoConfig(), AlgoConfig(loss="ppo")])
 def test_learner_update_is_the_same_with_and_without_packing(default_model, algo):
     batch, adv = make_batch(n=16, seed=1)
-    adv = torch.rand(16) if algo.name == "ppo" else adv  # PPO reads the rewards
+    adv = torch.rand(16) if algo.loss == "ppo" else adv  # PPO reads the rewards
     out = update_with_and_without(default_model, algo, batch, adv, "padding_free")
     assert out[True][2].padding_free and out[True][2]._packing_checked
     before = torch.nn.utils.parameters_to_vector(default_model.parameters()).detach()
@@ -188,7 +188,7 @@ def test_shared_forward_equals_padded_forward_values_and_gradients(default_model
 
 
 @pytest.mark.parametrize(
-    "algo", [AlgoConfig(), AlgoConfig(name="ppo")]
+    "algo", [AlgoConfig(), AlgoConfig(loss="ppo")]
 )  # PPO: the value head reads hidden states
 def test_learner_update_is_the_same_with_and_without_shared_prompts(default_model, algo):
     batch, adv = group_batch(seed=5), torch.rand(24, generator=torch.Generator().manual_seed(5))

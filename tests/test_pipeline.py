@@ -9,6 +9,7 @@ import os
 import pytest
 import torch
 
+from schedrl.api import resolve_config
 from schedrl.config import ConfigError, config_from_dict, config_to_dict
 from schedrl.distributed import EngineWorker
 from schedrl.distributed.workers import cpu_weights
@@ -27,7 +28,7 @@ BASE = {
     "task": {"name": "sort", "args": {"min_len": 2, "max_len": 3}},
     "sft": {"steps": 30, "batch_size": 32, "lr": 1e-3},
     "sampling": {"prompts_per_step": 6, "group_size": 4, "max_new_tokens": 4, "temperature": 1.2},
-    "algo": {"clip_eps_high": 0.28},
+    "algo": {"loss_args": {"clip_eps_high": 0.28}},
     "eval": {"tasks": 8, "k": 2},
     "min_start_reward": 0.0,
 }
@@ -35,6 +36,11 @@ BASE = {
 
 def _cfg(tmp_path, name, steps=3, save_every=0, **pipeline):
     algo = {**BASE["algo"], "correction": "decoupled"} if pipeline.get("mode") == "async" else BASE["algo"]
+    schedule = {
+        k: pipeline.pop(k) for k in ("max_staleness", "stale", "weight_sync", "consumption") if k in pipeline
+    }
+    if "overprovision" in pipeline:
+        schedule["consumption_args"] = {"overprovision": pipeline.pop("overprovision")}
     return config_from_dict(
         {
             **BASE,
@@ -42,6 +48,7 @@ def _cfg(tmp_path, name, steps=3, save_every=0, **pipeline):
             "steps": steps,
             "save_every": save_every,
             "pipeline": pipeline,
+            "schedule": schedule,
             "out_dir": str(tmp_path),
             "name": name,
         }
@@ -284,9 +291,9 @@ def test_resumed_partial_sample_continues_exactly_within_budget(tokenizer):
 
 def test_async_config_errors():
     with pytest.raises(ConfigError, match="algo.correction"):
-        config_from_dict({"pipeline": {"mode": "async", "max_staleness": 1}})
-    with pytest.raises(ConfigError, match="pipeline.overprovision"):
-        config_from_dict({"pipeline": {"overprovision": 0.5}})
-    with pytest.raises(ConfigError, match="pipeline.max_staleness"):
-        config_from_dict({"pipeline": {"max_staleness": -1}})
+        resolve_config({"pipeline": {"mode": "async"}, "schedule": {"max_staleness": 1}})
+    with pytest.raises(ConfigError, match="schedule.consumption.*'partial'.*'overprovision'.*0.5"):
+        resolve_config({"schedule": {"consumption": "partial", "consumption_args": {"overprovision": 0.5}}})
+    with pytest.raises(ConfigError, match="schedule.max_staleness"):
+        config_from_dict({"schedule": {"max_staleness": -1}})
     assert os.environ.get("RAY_ADDRESS") is None

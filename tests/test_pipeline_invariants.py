@@ -246,6 +246,7 @@ def test_staleness_bound_and_sample_ledger(
     multi_turn,
     tail,
 ):
+    consumption = "tail" if tail else "partial" if partial else "wave"
     cfg = config_from_dict(
         {
             "steps": steps,
@@ -253,18 +254,23 @@ def test_staleness_bound_and_sample_ledger(
             "engine": {"max_concurrency": cap},
             "sampling": {"prompts_per_step": prompts, "group_size": group, "max_new_tokens": max_new},
             "algo": {"correction": "decoupled"},
-            "data": {"scheduler": data},
             "pipeline": {
                 "mode": "async",
                 "backend": "local",
-                "max_staleness": k,
-                "consumption": "tail" if tail else "partial" if partial else "wave",
-                "weight_sync": "inflight" if inflight else "cut_resume" if partial else "drain",
-                "overprovision": overprovision,
-                "stale": stale,
                 "engine_chunk_steps": chunk,
-                "staleness_max": 2,
                 "num_engines": engines,
+            },
+            "schedule": {
+                "data": data,
+                "max_staleness": k,
+                "staleness_args": {"k_max": 2} if k == "auto" else {},
+                "consumption": consumption,
+                "consumption_args": {
+                    "tail": {"eta": overprovision},
+                    "partial": {"overprovision": overprovision},
+                }.get(consumption, {}),
+                "weight_sync": "inflight" if inflight else "cut_resume" if partial else "drain",
+                "stale": stale,
             },
         }
     )

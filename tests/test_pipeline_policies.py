@@ -78,7 +78,7 @@ def test_wave_takes_exactly_the_oldest_whole_batch():
 
 
 def test_partial_takes_the_oldest_complete_groups_to_a_step_of_samples():
-    partial = CONSUMPTION.get("partial")(budget=8, overprovision=1.5)
+    partial = CONSUMPTION.build("partial", {"overprovision": 1.5}, 8)
     queue = [_group("a", 0, 4, 3), _group("b", 0, 4, 4), _group("c", 1, 4, 4), _group("d", 1, 4, 4)]
     assert [g.id for g in partial.take(queue)] == ["b", "c"]  # a's straggler does not hold the step
     assert partial.take(queue[:2]) is None  # 4 complete samples < 8

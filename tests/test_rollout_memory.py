@@ -77,7 +77,7 @@ def run_tracking_kv(engine, requests, lengths, learn=False):
 def test_memory_admission_never_exceeds_its_budget(model, tokenizer, with_history):
     requests, lengths = workload(tokenizer)
     budget = 200
-    policy = PastFutureAdmission(kv_budget_tokens=budget, quantile=1.0)
+    policy = PastFutureAdmission(PastFutureAdmission.Args(kv_budget_tokens=budget, quantile=1.0))
     if with_history:  # past outputs cover the lengths to come
         for n in lengths:
             policy.history.add(n)
@@ -93,14 +93,14 @@ def test_memory_admission_never_exceeds_its_budget(model, tokenizer, with_histor
 
 def test_a_request_too_large_for_the_budget_runs_alone(model, tokenizer):
     requests, lengths = workload(tokenizer, n=3)
-    policy = PastFutureAdmission(kv_budget_tokens=20, quantile=1.0)
+    policy = PastFutureAdmission(PastFutureAdmission.Args(kv_budget_tokens=20, quantile=1.0))
     engine = HFEngine(model, tokenizer, EngineConfig(max_concurrency=8), admission=policy)
     usage, concurrency, done = run_tracking_kv(engine, requests, lengths)
     assert len(done) == 3 and max(concurrency) == 1
 
 
 def test_bad_arguments_name_the_field():
-    with pytest.raises(ValueError, match="kv_budget_tokens must be > 0, got 0"):
-        PastFutureAdmission(kv_budget_tokens=0)
-    with pytest.raises(ValueError, match=r"quantile must be in \(0, 1\], got 1.5"):
-        PastFutureAdmission(kv_budget_tokens=10, quantile=1.5)
+    with pytest.raises(ValueError, match="argument 'kv_budget_tokens' must be > 0, got 0"):
+        PastFutureAdmission.Args(kv_budget_tokens=0)
+    with pytest.raises(ValueError, match=r"argument 'quantile' must be in \(0, 1\], got 1.5"):
+        PastFutureAdmission.Args(kv_budget_tokens=10, quantile=1.5)

@@ -2,6 +2,7 @@
 
 import itertools
 import random
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -15,8 +16,12 @@ from schedrl.rollout import (
     SiblingPredictor,
     kendall_tau,
     make_admission,
+    make_predictor,
 )
+from schedrl.rollout.ordering import LongestFirst, ShortestFirst
+from schedrl.rollout.predictors import LengthPredictor
 from schedrl.rollout.ranker import prompt_features
+from schedrl.rollout.registry import ADMISSION
 from schedrl.types import Request, Sample, SamplingParams
 
 P = SamplingParams(max_new_tokens=64)
@@ -62,7 +67,7 @@ def test_order_respects_slots_and_token_budget():
 
 
 def test_sibling_probes_first_then_longest_group():
-    pred = SiblingPredictor(default=5)
+    pred = SiblingPredictor(SiblingPredictor.Args(default=5))
     policy = LengthOrdered("lpt", pred)
     queue = [req(f"{g}{i}", group=g, index=i) for g in "xyzw" for i in range(3)]
     assert select_all(policy, queue, slots=4) == ["x0", "y0", "z0", "w0"]  # one probe per group
@@ -190,7 +195,7 @@ def test_ranker_loss_falls_and_ranks_longtail_prompts(tokenizer):
     tasks = task.sample("train", 600, 1)
     prompts = [tokenizer(t.prompt).input_ids for t in tasks]
     lengths = torch.tensor([len(task.solution(t)) + 1 for t in tasks], dtype=torch.float)
-    ranker = RankerPredictor(seed=0)
+    ranker = RankerPredictor(RankerPredictor.Args(seed=0))
     x = prompt_features(prompts[:400], ranker.dim)
     losses = [ranker.train_step(x, lengths[:400]) for _ in range(150)]
     assert losses[-1] < 0.6 * losses[0]
@@ -200,14 +205,92 @@ def test_ranker_loss_falls_and_ranks_longtail_prompts(tokenizer):
 
 def test_config_names_the_admission_field_and_valid_choices():
     from schedrl.config import ConfigError, config_from_dict
+    from schedrl.orchestrate.schedule import check_schedule
 
-    cfg = config_from_dict({"engine": {"admission": "lpt", "admission_args": {"predictor": "history"}}})
-    assert cfg.engine.admission == "lpt" and cfg.engine.admission_args == {"predictor": "history"}
+    def check(schedule):
+        check_schedule(config_from_dict({"schedule": schedule}).schedule)
+
+    cfg = config_from_dict({"schedule": {"admission": "lpt", "admission_args": {"predictor": "history"}}})
+    assert cfg.schedule.admission == "lpt" and cfg.schedule.admission_args == {"predictor": "history"}
+    check({"admission": "lpt", "admission_args": {"predictor": "history"}})
     with pytest.raises(
-        ConfigError, match="'engine.admission' must be one of fcfs, fcfs_guarded, learned, lpt, past_future"
+        ConfigError,
+        match="'schedule.admission': unknown admission policy 'longest'; valid: fcfs, fcfs_guarded, learned, lpt",
     ):
-        config_from_dict({"engine": {"admission": "longest"}})
-    with pytest.raises(ConfigError, match="'engine.admission_args'.*unknown length predictor 'oracle'"):
-        config_from_dict({"engine": {"admission": "spt", "admission_args": {"predictor": "oracle"}}})
-    with pytest.raises(ConfigError, match="'engine.admission_args'.*needs kv_budget_tokens"):
-        config_from_dict({"engine": {"admission": "past_future"}})
+        check({"admission": "longest"})
+    with pytest.raises(ConfigError, match="'schedule.admission'.*unknown length predictor 'oracle'"):
+        check({"admission": "spt", "admission_args": {"predictor": "oracle"}})
+    with pytest.raises(ConfigError, match="'schedule.admission'.*past_future.*'kv_budget_tokens'"):
+        check({"admission": "past_future"})
+
+
+# ---- the registries' contract ----------------------------------------------------------------
+def test_bad_arguments_name_the_policy_the_argument_and_the_value():
+    with pytest.raises(ValueError, match=r"admission policy 'spt': unknown argument 'max_wait'; valid: "):
+        make_admission("spt", max_wait=3)
+    with pytest.raises(
+        ValueError, match=r"admission policy 'lpt': argument 'max_wait_steps' must be > 0, got 0"
+    ):
+        ADMISSION.check("lpt", {"max_wait_steps": 0})
+    with pytest.raises(ValueError, match=r"'past_future': argument 'quantile' must be in \(0, 1\], got 1.5"):
+        ADMISSION.check("past_future", {"kv_budget_tokens": 10, "quantile": 1.5})
+    # a nested predictor's arguments are checked with the policy's: a config check catches them
+    with pytest.raises(
+        ValueError,
+        match=r"admission policy 'lpt': argument 'predictor_args': length predictor 'ranker': "
+        r"argument 'lr' must be > 0, got 0",
+    ):
+        ADMISSION.check("lpt", {"predictor": "ranker", "predictor_args": {"lr": 0}})
+    with pytest.raises(
+        ValueError, match=r"'fcfs_guarded'.*'predictor_args'.*'sibling': unknown argument 'size'"
+    ):
+        ADMISSION.check("fcfs_guarded", {"predictor_args": {"size": 3}})
+    with pytest.raises(
+        ValueError, match=r"length predictor 'history': argument 'per_task' must be > 0, got 0"
+    ):
+        make_predictor("history", per_task=0)
+    policy = make_admission("spt", predictor="history", predictor_args={"per_task": 3}, max_wait_steps=7)
+    assert isinstance(policy, ShortestFirst) and isinstance(policy.predictor, HistoryPredictor)
+    assert policy.predictor.per_task == 3
+    assert (policy.order, policy.max_wait_steps) == ("spt", 7)
+
+
+class Constant(LengthPredictor):
+    """Predicts one length for every request."""
+
+    @dataclass(frozen=True)
+    class Args(LengthPredictor.Args):
+        value: float = 1.0  # the prediction
+
+    def __init__(self, args: Args = Args()) -> None:
+        super().__init__(args)
+        self.value = args.value
+
+    def predict(self, request: Request) -> float:
+        return self.value
+
+
+class Reversed:
+    """Admits the newest waiting request first (an admission policy of a user's own)."""
+
+    @dataclass(frozen=True)
+    class Args:
+        most: int = 1  # requests admitted per round at most
+
+    def __init__(self, args: Args = Args()) -> None:
+        self.most = args.most
+
+    def select(self, waiting, *, free_slots, token_budget, num_running):
+        return list(range(len(waiting)))[::-1][: min(free_slots, self.most)]
+
+
+def test_a_users_classes_build_through_the_registries_by_dotted_path():
+    policy = make_admission("tests.test_rollout_ordering:Reversed", most=2)
+    assert type(policy).__name__ == "Reversed" and vars(policy) == {"most": 2}
+    assert select_all(policy, [req("a"), req("b"), req("c")]) == ["c", "b"]
+    lpt = make_admission("lpt", predictor="tests.test_rollout_ordering:Constant", predictor_args={"value": 7})
+    assert isinstance(lpt, LongestFirst) and lpt.predictor.predict(req("a")) == 7
+    with pytest.raises(ValueError, match=r"'lpt': argument 'predictor_args'.*unknown argument 'val'"):
+        ADMISSION.check(
+            "lpt", {"predictor": "tests.test_rollout_ordering:Constant", "predictor_args": {"val": 1}}
+        )

@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 
+from schedrl.api import resolve_config
 from schedrl.config import ConfigError, config_from_dict
 from schedrl.engine import EngineConfig, HFEngine
 from schedrl.orchestrate.sync import train
@@ -32,15 +33,17 @@ def _requests(tokenizer, step, params):
     ]
 
 
-def _cfg(**rollout):
-    return config_from_dict({"sampling": {"group_size": 4}, "rollout": rollout})
+def _cfg(**args):
+    return config_from_dict(
+        {"sampling": {"group_size": 4}, "schedule": {"rollout": "speculative", "rollout_args": args}}
+    )
 
 
 def test_speculative_greedy_rollout_equals_plain_greedy_decoding(model, tokenizer):
     """Drafts from the previous step's (different) weights, verified and finished: exactly greedy decoding."""
     policy = copy.deepcopy(model)
     engine = HFEngine(policy, tokenizer, EngineConfig(max_concurrency=8))
-    roll = StepRollout(_cfg(speculative=True), engine, policy, tokenizer)
+    roll = StepRollout(_cfg(), engine, policy, tokenizer)
     greedy = SamplingParams(max_new_tokens=16, temperature=0)
     score = lambda ss: [float(len(s.token_ids)) for s in ss]  # noqa: E731
     first, m0 = roll.run(_requests(tokenizer, 0, greedy), score)
@@ -65,7 +68,7 @@ def test_speculative_greedy_rollout_equals_plain_greedy_decoding(model, tokenize
 def test_drafts_older_than_draft_versions_are_not_used(model, tokenizer):
     policy = copy.deepcopy(model)
     engine = HFEngine(policy, tokenizer, EngineConfig(max_concurrency=8))
-    roll = StepRollout(_cfg(speculative=True, draft_versions=1), engine, policy, tokenizer)
+    roll = StepRollout(_cfg(draft_versions=1), engine, policy, tokenizer)
     params = SamplingParams(max_new_tokens=16, temperature=1.0)
     score = lambda ss: [0.0] * len(ss)  # noqa: E731
     for step in (0, 1, 3):  # version 1's weights are gone by step 3
@@ -119,7 +122,7 @@ def _train(tmp_path, name, steps=3, **over):
 
 def test_training_with_speculative_reuse_verifies_drafts_of_repeated_tasks(tmp_path):
     # 1-digit addition has few distinct tasks, so later steps see tasks rolled out before
-    rows = _train(tmp_path, "spec", steps=4, rollout={"speculative": True})
+    rows = _train(tmp_path, "spec", steps=4, schedule={"rollout": "speculative"})
     assert rows[0]["spec_drafts"] == 0
     assert sum(r["spec_drafts"] for r in rows[1:]) > 0 and sum(r["spec_accepted_tokens"] for r in rows) > 0
     assert all(0 <= r["spec_acceptance"] <= 1 and torch.isfinite(torch.tensor(r["loss"])) for r in rows)
@@ -132,7 +135,7 @@ def test_training_with_pruning_keeps_the_configured_group_size(tmp_path, mode):
         f"prune-{mode}",
         steps=2,
         task={"name": "sort", "args": {"min_len": 4, "max_len": 6}},
-        rollout={"prune_keep": 3, "prune_mode": mode, "prune_check_tokens": 1},
+        schedule={"rollout": "pruning", "rollout_args": {"keep": 3, "mode": mode, "check_tokens": 1}},
     )
     for r in rows:  # judged after every member's first token: 3 of 6 cut in each of the 8 groups
         assert r["pruned_samples"] == 8 * 3
@@ -140,16 +143,23 @@ def test_training_with_pruning_keeps_the_configured_group_size(tmp_path, mode):
         assert round(trained) == (8 * 3 if mode == "drop" else 8 * 6)
 
 
+PRUNE, SPEC = {"rollout": "pruning"}, {"rollout": "speculative"}
+
+
 @pytest.mark.parametrize(
-    "rollout, pipeline, field",
+    "schedule, pipeline, field",
     [
-        ({"prune_keep": 6}, {}, "rollout.prune_keep"),
-        ({"prune_keep": 1}, {}, "rollout.prune_keep"),
-        ({"speculative": True, "prune_keep": 3}, {}, "rollout.speculative"),
-        ({"speculative": True}, {"mode": "async", "backend": "local"}, "rollout.speculative"),
-        ({"draft_versions": 0}, {}, "rollout.draft_versions"),
+        ({**PRUNE, "rollout_args": {"keep": 6}}, {}, r"schedule.rollout_args.*'pruning'.*'keep'.*got 6"),
+        ({**PRUNE, "rollout_args": {"keep": 1}}, {}, r"schedule.rollout.*'pruning'.*'keep'.*got 1"),
+        (
+            {**SPEC, "rollout_args": {"keep": 3}},
+            {},
+            r"schedule.rollout.*'speculative'.*unknown argument 'keep'",
+        ),
+        (SPEC, {"mode": "async", "backend": "local"}, r"schedule.rollout.*'speculative'.*asynchronous"),
+        ({**SPEC, "rollout_args": {"draft_versions": 0}}, {}, r"schedule.rollout.*'draft_versions'.*got 0"),
     ],
 )
-def test_bad_rollout_settings_name_the_field(rollout, pipeline, field):
+def test_bad_rollout_settings_name_the_field(schedule, pipeline, field):
     with pytest.raises(ConfigError, match=field):
-        config_from_dict({"sampling": {"group_size": 6}, "rollout": rollout, "pipeline": pipeline})
+        resolve_config({"sampling": {"group_size": 6}, "schedule": schedule, "pipeline": pipeline})

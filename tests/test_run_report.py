@@ -21,7 +21,8 @@ SHORT_ASYNC = {
     "save_every": 0,
     "sft": {"steps": 5},
     "eval": {"tasks": 8, "k": 2},
-    "pipeline": {"mode": "async", "backend": "threads", "max_staleness": 1},
+    "pipeline": {"mode": "async", "backend": "threads"},
+    "schedule": {"max_staleness": 1},
     "algo": {"correction": "decoupled"},
 }
 
@@ -60,7 +61,7 @@ def runs(tmp_path_factory):
         ROOT / "examples" / "demo.yaml",
         out_dir=str(out),
         name="sync",
-        **{**SHORT_ASYNC, "pipeline": {"mode": "sync"}, "algo": {}},
+        **{**SHORT_ASYNC, "pipeline": {"mode": "sync"}, "schedule": {}, "algo": {}},
     )
     return a.run_dir, b.run_dir
 

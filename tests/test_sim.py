@@ -140,15 +140,11 @@ def test_async_overlaps_generation_and_training_within_the_staleness_bound():
     sync = simulate(scenario(**common))
     gen, train = 1.0, 32 * 116 / (1000.0 * 2)
     assert sync.mean_step_s == pytest.approx(0.2 + gen + train)
-    one = simulate(scenario(schedule__mode="async", schedule__max_staleness=1, **common))
+    one = simulate(scenario(schedule__max_staleness=1, **common))
     assert one.mean_step_s < sync.mean_step_s
     assert one.mean_step_s >= max(gen, train) - 1e-9
     assert one.mean_staleness <= 1 and one.dropped == 0
-    inflight = simulate(
-        scenario(
-            schedule__mode="async", schedule__max_staleness=1, schedule__weight_sync="inflight", **common
-        )
-    )
+    inflight = simulate(scenario(schedule__max_staleness=1, schedule__weight_sync="inflight", **common))
     assert inflight.mean_step_s <= one.mean_step_s + 1e-9
 
 
@@ -165,22 +161,25 @@ def test_partial_rollouts_cut_and_resume_carry_tokens_over():
     tail = {"kind": "lognormal", "median": 200, "sigma": 1.2, "cap": 4000}
     kw = {"workload__lengths": tail, "cluster__placement": "disaggregated", "cluster__gpus": 4,
           "cluster__rollout_gpus": 2, "steps": 5}  # fmt: skip
-    r = simulate(scenario(schedule__mode="async", schedule__max_staleness=2, schedule__consumption="partial",
-                          schedule__overprovision=1.5, schedule__weight_sync="cut_resume", **kw))  # fmt: skip
-    wave = simulate(scenario(schedule__mode="async", schedule__max_staleness=2, **kw))
+    r = simulate(scenario(schedule__max_staleness=2, schedule__consumption="partial",
+                          schedule__consumption_args={"overprovision": 1.5}, schedule__weight_sync="cut_resume",
+                          **kw))  # fmt: skip
+    wave = simulate(scenario(schedule__max_staleness=2, **kw))
     assert r.mean_step_s < wave.mean_step_s
     assert r.mean_staleness <= 2
 
 
 def test_tail_batching_defers_the_prompts_a_short_round_aborts_to_a_long_round():
+    from schedrl.orchestrate.consumption import TailBatching
     from schedrl.sim.cluster import ClusterSim
 
-    s = scenario(steps=6, schedule__consumption="tail", schedule__overprovision=1.25)
+    s = scenario(steps=6, schedule__consumption="tail", schedule__consumption_args={"eta": 1.25})
     sim = ClusterSim(s)
     r = sim.run()
     # a short round launches 10 prompts x 5 responses and keeps 8 x 4; its 2 other prompts wait, so
     # round 5 (index 4) is a long round of the 8 deferred prompts, 4 responses each, then short again
-    assert sim.long_rounds == [4] and sim.tail is not None and len(sim.tail.deferred) == 2
+    assert sim.long_rounds == [4] and isinstance(sim.consumption, TailBatching)
+    assert len(sim.consumption.deferred) == 2
     assert r.tokens == 5 * (10 * 5 * 100) + 8 * 4 * 100  # every launched response runs (fixed lengths)
     train = 32 * (16 + 100) / (1000.0 * 2)
     assert sim.tokens_trained == 6 * 32 * 116  # every update trains P0 x R0 samples
@@ -191,21 +190,21 @@ def test_tail_batching_shortens_a_long_tailed_synchronous_step():
     tail = {"kind": "lognormal", "median": 200, "sigma": 1.2, "cap": 4000}
     kw = {"workload__lengths": tail, "workload__prompts_per_step": 64, "engine__max_batch": 16, "steps": 10}
     sync = simulate(scenario(**kw))
-    packed = simulate(scenario(schedule__consumption="tail", schedule__overprovision=1.25, **kw))
+    packed = simulate(scenario(schedule__consumption="tail", schedule__consumption_args={"eta": 1.25}, **kw))
     assert packed.mean_step_s < 0.85 * sync.mean_step_s
     assert packed.dropped == 0 and packed.mean_staleness == 0.0  # on-policy: k = 0
     # as in the pipeline, tail batching also runs asynchronously: at k = 1 the next round generates
     # while the learner trains on the last
     overlapped = simulate(
         scenario(
-            schedule__mode="async", schedule__max_staleness=1, schedule__consumption="tail",
-            schedule__overprovision=1.25, cluster__placement="disaggregated", cluster__gpus=2,
+            schedule__max_staleness=1, schedule__consumption="tail",
+            schedule__consumption_args={"eta": 1.25}, cluster__placement="disaggregated", cluster__gpus=2,
             cluster__rollout_gpus=1, **kw,
         )
     )  # fmt: skip
     assert 0 < overlapped.mean_staleness <= 1 and overlapped.dropped == 0
-    with pytest.raises(ConfigError, match=r"'schedule.overprovision' \(tail batching's eta\) must be >= 1"):
-        scenario(schedule__consumption="tail", schedule__overprovision=0.8)
+    with pytest.raises(ConfigError, match=r"'schedule.consumption'.*'tail'.*'eta' must be >= 1, got 0.8"):
+        scenario(schedule__consumption="tail", schedule__consumption_args={"eta": 0.8})
 
 
 def test_tool_waits_take_a_sample_off_the_engine_between_its_turns():
@@ -222,7 +221,7 @@ def test_tool_waits_take_a_sample_off_the_engine_between_its_turns():
     waits = {"cluster__placement": "disaggregated", "cluster__gpus": 4, "cluster__rollout_gpus": 2,
              "steps": 6, "workload__turns": 4, "workload__tool_wait_s": 0.5, "workload__tool_wait_sigma": 1.0}  # fmt: skip
     sync = simulate(scenario(**waits))
-    overlapped = simulate(scenario(schedule__mode="async", schedule__max_staleness=1, **waits))
+    overlapped = simulate(scenario(schedule__max_staleness=1, **waits))
     assert overlapped.mean_step_s < 0.7 * sync.mean_step_s and overlapped.mean_staleness <= 1
 
 
@@ -257,7 +256,7 @@ def test_pinned_tool_waits_prefill_only_the_tool_answer():
     first = 50 * 0.01 + 16 * 16 * 1e-3 + 0.5 + 50 * 0.01
     release = simulate(scenario(**kw))
     assert release.step_s[0] == pytest.approx(first + 16 * 86 * 1e-3 + train)
-    pin = ClusterSim(scenario(workload__tool_wait="pin", **kw))
+    pin = ClusterSim(scenario(schedule__tool_wait="pin", **kw))
     pinned = pin.run()
     assert pinned.step_s[0] == pytest.approx(first + 16 * 20 * 1e-3 + train)
     assert [e.evicted for e in pin.fleet.engines] == [0, 0]
@@ -265,31 +264,30 @@ def test_pinned_tool_waits_prefill_only_the_tool_answer():
     # fresh samples need slots too; with 4 park slots parked caches are evicted for them
     busy = {**kw, "workload__prompts_per_step": 32, "engine__max_batch": 16}
     roomy, crowded = (
-        ClusterSim(scenario(workload__tool_wait="pin", workload__park_slots=n, **busy)) for n in (64, 4)
+        ClusterSim(scenario(schedule__tool_wait="pin", workload__park_slots=n, **busy)) for n in (64, 4)
     )
     r_roomy, r_crowded = roomy.run(), crowded.run()
     assert sum(e.evicted for e in roomy.fleet.engines) == 0 < sum(e.evicted for e in crowded.fleet.engines)
     # evicted ones prefill their history again and queue where their cache was: no better than release
     assert r_roomy.mean_step_s < 0.97 * min(r_crowded.mean_step_s, simulate(scenario(**busy)).mean_step_s)
-    with pytest.raises(ConfigError, match="tool_wait_args"):
-        scenario(workload__tool_wait="pin", workload__tool_wait_args={"quantile": 2.0})
+    with pytest.raises(ConfigError, match=r"'schedule.tool_wait'.*'pin'.*'quantile'.*2.0"):
+        scenario(schedule__tool_wait="pin", schedule__tool_wait_args={"quantile": 2.0})
 
 
 def test_auto_staleness_follows_the_mismatch_the_drift_gives_it():
     common = {"cluster__placement": "disaggregated", "cluster__gpus": 4, "cluster__rollout_gpus": 2,
-              "steps": 10, "schedule__mode": "async", "schedule__max_staleness": "auto",
-              "schedule__staleness_max": 3}  # fmt: skip
+              "steps": 10, "schedule__max_staleness": "auto", "schedule__staleness_args": {"k_max": 3}}  # fmt: skip
     # no drift: the mismatch stays below auto_low, so k grows by one every `patience` (2) updates to 3
     calm = simulate(scenario(**common))
     assert calm.k_trace == [0, 1, 1, 2, 2, 3, 3, 3, 3, 3]
     # a drift that puts one version of staleness above auto_high: k comes back down and stays near 0
-    rough = simulate(scenario(schedule__drift_kl=0.05, **common))
+    rough = simulate(scenario(workload__drift_kl=0.05, **common))
     assert max(rough.k_trace) <= 1 and rough.k_trace[-1] == 0
     assert rough.mean_staleness < calm.mean_staleness and rough.mean_step_s > calm.mean_step_s
-    fixed = simulate(scenario(**{**common, "schedule__max_staleness": 3}))
+    fixed = simulate(scenario(**{**common, "schedule__max_staleness": 3, "schedule__staleness_args": {}}))
     assert fixed.k_trace == [3] * 10  # a fixed bound never moves
-    with pytest.raises(ConfigError, match="max_staleness auto needs"):
-        scenario(schedule__max_staleness="auto", schedule__staleness_min=3, schedule__staleness_max=1)
+    with pytest.raises(ConfigError, match=r"'schedule.staleness_args': max_staleness 'auto'.*'k_min'.*got 3"):
+        scenario(schedule__max_staleness="auto", schedule__staleness_args={"k_min": 3, "k_max": 1})
 
 
 def test_length_distributions_sample_their_shape_and_cap():
@@ -405,8 +403,8 @@ def fake_run(
         "task": {"name": "longtail"},
         "sampling": {"prompts_per_step": 4, "group_size": 2, "max_new_tokens": 50},
         "engine": {"max_concurrency": 64},
-        "pipeline": {"mode": mode, "max_staleness": 2, "consumption": "wave", "overprovision": 1.0,
-                     "weight_sync": "drain", "stale": "drop", "num_engines": 1, **pipeline},
+        "pipeline": {"mode": mode, "num_engines": 1, **pipeline},
+        "schedule": {"max_staleness": 2, "consumption": "wave", "weight_sync": "drain", "stale": "drop"},
     }  # fmt: skip
     (root / "config.yaml").write_text(yaml.safe_dump(cfg))
     rng = np.random.default_rng(1)
@@ -460,7 +458,7 @@ def test_calibration_recovers_the_costs_a_run_was_made_with(tmp_path):
     assert padded["padded_key_s"] == pytest.approx(3e-6) and padded["overhead_s"] == pytest.approx(0.002)
     assert padded["compute_token_s"] == pytest.approx(1e-4)
     other = variant_of(fake_run(tmp_path / "k2", mode="async"))
-    assert other["set"]["schedule.mode"] == "async" and other["set"]["schedule.max_staleness"] == 2
+    assert other["set"]["schedule.max_staleness"] == 2
     assert other["set"]["cluster.placement"] == "disaggregated"
 
 
@@ -535,8 +533,8 @@ def test_the_contention_microbenchmark_runs_a_run_s_engine_and_learner_side_by_s
     assert 0.3 < engine < 10 and 0.3 < learner < 10
 
 
-APRIL = {"schedule__mode": "async", "schedule__max_staleness": 0, "schedule__consumption": "partial",
-         "schedule__overprovision": 2.0, "schedule__weight_sync": "cut_resume"}  # fmt: skip
+APRIL = {"schedule__max_staleness": 0, "schedule__consumption": "partial",
+         "schedule__consumption_args": {"overprovision": 2.0}, "schedule__weight_sync": "cut_resume"}  # fmt: skip
 TAIL = {"workload__lengths": {"kind": "lognormal", "median": 200, "sigma": 1.0, "cap": 4000}, "steps": 6}
 
 
@@ -568,8 +566,8 @@ def test_claims_compare_simulated_and_published_ratios(tmp_path, capsys):
         "  lengths: {kind: lognormal, median: 200, sigma: 1.0, cap: 4000}}\n"
         "cluster: {gpus: 2}\nengine: {weights_s: 0, kv_token_s: 0, compute_token_s: 0, prefill_token_s: 0, overhead_s: 0.01}\n"
         "learner: {tokens_per_s_per_gpu: 1000}\nsync: {seconds: 0.2}\n"
-        "variants:\n  sync: {}\n  april: {set: {schedule.mode: async, schedule.consumption: partial, "
-        "schedule.overprovision: 2.0, schedule.weight_sync: cut_resume, schedule.stale: keep}}\n"
+        "variants:\n  sync: {}\n  april: {set: {schedule.consumption: partial, "
+        "schedule.consumption_args: {overprovision: 2.0}, schedule.weight_sync: cut_resume, schedule.stale: keep}}\n"
         "claims:\n  faster rollouts: {metric: rollout_tokens_per_s, variant: april, over: sync, published: 1.5}\n"
     )
     assert main(["simulate", str(f), "--json"]) == 0
@@ -600,7 +598,7 @@ def test_the_search_beats_the_published_policies_within_the_bound(tmp_path, caps
         "  lengths: {kind: lognormal, median: 200, sigma: 1.0, cap: 4000}}\n"
         "cluster: {gpus: 8}\nengine: {weights_s: 0, kv_token_s: 0, compute_token_s: 0, prefill_token_s: 0, overhead_s: 0.01}\n"
         "learner: {tokens_per_s_per_gpu: 300}\nsync: {seconds: 0.2}\n"
-        "variants:\n  sync: {}\n  async: {set: {schedule.mode: async, schedule.max_staleness: 1, "
+        "variants:\n  sync: {}\n  async: {set: {schedule.max_staleness: 1, "
         "cluster.placement: disaggregated, cluster.rollout_gpus: 4}}\n"
     )
     assert (

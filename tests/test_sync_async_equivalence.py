@@ -24,9 +24,9 @@ BASE = {
     "save_every": 0,
 }
 ALGOS = {
-    "drgrpo": {"name": "drgrpo", "advantage": "grpo", "std_normalize": False},
-    "ppo": {"name": "ppo", "advantage": "reward"},
-    "gspo": {"name": "gspo"},
+    "drgrpo": {"loss": "drgrpo", "advantage": "grpo", "std_normalize": False},
+    "ppo": {"loss": "ppo", "advantage": "reward"},
+    "gspo": {"loss": "gspo"},
 }
 # multi-turn episodes with a calculator tool and per-turn credit: the same samples, losses and steps
 TOOLS = {

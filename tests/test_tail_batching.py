@@ -1,10 +1,11 @@
-"""Tail batching (`pipeline.consumption: tail`): the policy's rounds on hand-made groups, then the
+"""Tail batching (`schedule.consumption: tail`): the policy's rounds on hand-made groups, then the
 pipeline on the tiny model, against closed-form counts."""
 
 from __future__ import annotations
 
 import pytest
 
+from schedrl.api import resolve_config
 from schedrl.config import ConfigError, config_from_dict
 from schedrl.envs import Task
 from schedrl.orchestrate.buffer import Group
@@ -43,7 +44,7 @@ def _finish(group: Group, index: int) -> None:
 
 
 def test_a_short_round_keeps_the_first_groups_to_finish_and_defers_the_rest():
-    tail = CONSUMPTION.get("tail")(8, 1.5)  # 8 samples a step: 4 prompts x 2; eta 1.5
+    tail = CONSUMPTION.build("tail", {"eta": 1.5}, 8)  # 8 samples a step: 4 prompts x 2; eta 1.5
     drawn: list[int] = []
     plan = tail.plan(_draw(drawn), 0)
     assert drawn == [12]  # eta x a step's samples drawn: 6 prompts
@@ -68,7 +69,8 @@ def test_a_short_round_keeps_the_first_groups_to_finish_and_defers_the_rest():
 
 
 def test_a_long_round_runs_the_deferred_prompts_whole_once_they_fill_a_step():
-    tail = TailBatching(8, 1.5)  # 4 prompts x 2 a step; eta 1.5: 6 prompts x 3 responses
+    # 4 prompts x 2 a step; eta 1.5: 6 prompts x 3 responses
+    tail = TailBatching(8, TailBatching.Args(eta=1.5))
     draw = _draw([])
     for wave in (0, 1):  # two short rounds defer two prompts each: 4 + 4 samples
         queue = _groups(tail.plan(draw, wave), wave)
@@ -94,16 +96,21 @@ def test_a_long_round_runs_the_deferred_prompts_whole_once_they_fill_a_step():
     _finish(queue[3], 1)
     assert tail.take(queue) == queue and tail.drop(queue) == []
     assert tail.metrics() == {"tail_long_round": 1.0, "tail_deferred_prompts": 0.0}
-    again = TailBatching(8, 1.5)
+    again = TailBatching(8, TailBatching.Args(eta=1.5))
     again.load_state_dict({**tail.state_dict(), "deferred": [[vars(_task(99)), 2]]})
     assert again.deferred == [(_task(99), 2)] and again.open_wave is None
 
 
 def test_eta_below_one_is_refused():
-    with pytest.raises(ValueError, match="overprovision"):
-        TailBatching(4, 0.5)
-    with pytest.raises(ConfigError, match="pipeline.overprovision"):
-        config_from_dict({"pipeline": {"mode": "async", "consumption": "tail", "overprovision": 0.5}})
+    with pytest.raises(ValueError, match="argument 'eta' must be >= 1, got 0.5"):
+        TailBatching(4, TailBatching.Args(eta=0.5))
+    with pytest.raises(ConfigError, match="schedule.consumption.*'tail'.*'eta'.*0.5"):
+        resolve_config(
+            {
+                "pipeline": {"mode": "async"},
+                "schedule": {"consumption": "tail", "consumption_args": {"eta": 0.5}},
+            }
+        )
 
 
 def test_the_pipeline_runs_short_rounds_then_the_deferred_long_round_and_resumes_it(tmp_path):
@@ -126,12 +133,8 @@ def test_the_pipeline_runs_short_rounds_then_the_deferred_long_round_and_resumes
                 "min_start_reward": 0.0,
                 "steps": steps,
                 "save_every": 2,
-                "pipeline": {
-                    "mode": "async",
-                    "backend": "local",
-                    "consumption": "tail",
-                    "overprovision": 1.5,
-                },
+                "pipeline": {"mode": "async", "backend": "local"},
+                "schedule": {"consumption": "tail", "consumption_args": {"eta": 1.5}},
                 "out_dir": str(tmp_path),
                 "name": "tail",
             }
@@ -159,7 +162,7 @@ def test_the_pipeline_runs_short_rounds_then_the_deferred_long_round_and_resumes
 
 def test_a_draw_smaller_than_asked_keeps_the_steps_share_of_it():
     """A data scheduler may draw fewer samples than asked: at eta 1 the round then keeps all it drew."""
-    tail = TailBatching(6, 1.0)
+    tail = TailBatching(6, TailBatching.Args(eta=1.0))
     plan = tail.plan(lambda samples: [(_task(0), 2), (_task(1), 2)], 0)  # 4 samples of the 6 asked
     queue = _groups(plan, 0)
     for g in queue:
@@ -172,7 +175,7 @@ def test_groups_dropped_as_too_stale_leave_the_round_short_not_stalled():
     """A shrinking `auto` k drops a round's groups as too stale (`_purge_stale` deletes them from the
     buffer): the round keeps what is left, and a round with nothing left ends so the next is planned.
     Hypothesis found the stall: k auto, eta 1, three engines."""
-    tail = TailBatching(6, 1.0)  # 3 prompts x 2, no spares
+    tail = TailBatching(6, TailBatching.Args(eta=1.0))  # 3 prompts x 2, no spares
     queue = _groups(tail.plan(_draw([]), 0), 0)
     for g in queue:
         _finish(g, 0)
@@ -209,13 +212,8 @@ def test_multi_turn_episodes_are_discarded_with_their_environments(tmp_path):
             "min_start_reward": 0.0,
             "steps": 3,
             "engine": {"max_concurrency": 4},  # episodes queue: some are still waiting when a round ends
-            "pipeline": {
-                "mode": "async",
-                "backend": "local",
-                "consumption": "tail",
-                "overprovision": 1.5,
-                "engine_chunk_steps": 1,
-            },
+            "pipeline": {"mode": "async", "backend": "local", "engine_chunk_steps": 1},
+            "schedule": {"consumption": "tail", "consumption_args": {"eta": 1.5}},
         }
     )
     c = build(cfg, RunDir.create(str(tmp_path), "tail_mt"))

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 import torch
 
@@ -18,6 +20,7 @@ from schedrl.rollout.tool_wait import (
     Pin,
     Release,
     ReturnsFirst,
+    ToolWaitPolicy,
     Turn,
     make_tool_wait,
 )
@@ -88,7 +91,7 @@ def run(model, tokenizer, policy, latencies, n=3, concurrency=4, admission=None,
 
 # ---- decisions ------------------------------------------------------------------------------
 def test_pin_keeps_for_the_predicted_wait_quantile_and_releases_when_the_saving_is_small():
-    pin = Pin(quantile=0.9, prior_wait_s=2.0, prefill_s_per_token=1e-3, min_saving=1.0)
+    pin = Pin(Pin.Args(quantile=0.9, prior_wait_s=2.0, prefill_s_per_token=1e-3, min_saving=1.0))
     assert pin.keep_s(Turn("e", 0, 4, 5000)) == 2.0  # no wait observed yet: the prior
     for w in [0.1 * i for i in range(1, 11)]:  # 0.1 .. 1.0
         pin.observe(Back("e", 1, 4, 10, w))
@@ -96,21 +99,23 @@ def test_pin_keeps_for_the_predicted_wait_quantile_and_releases_when_the_saving_
     assert pin.keep_s(Turn("e", 1, 4, 1000)) == pytest.approx(1.0)  # re-prefill 1.0 s >= 1.0 * 1.0 s
     assert pin.keep_s(Turn("e", 1, 4, 999)) == 0.0  # 0.999 s saved < 1 s held: release
     assert pin.keep_s(Turn("e", 3, 4, 10**6)) == 0.0  # the last possible turn: nothing follows
-    assert Pin(max_keep_s=0.5, prior_wait_s=2.0).keep_s(Turn("e", 0, 4, 1)) == 0.5
-    fast = Pin(min_keep_s=0.1)
+    assert Pin(Pin.Args(max_keep_s=0.5, prior_wait_s=2.0)).keep_s(Turn("e", 0, 4, 1)) == 0.5
+    fast = Pin(Pin.Args(min_keep_s=0.1))
     fast.observe(Back("e", 1, 4, 10, 0.001))
     assert fast.keep_s(Turn("e", 1, 4, 10)) == 0.1  # never below the floor: the loop's own latency
 
 
 def test_returning_priorities_in_closed_form():
     back = Back("e", 1, 4, 100, 0.3, ("ok", "error"), model_tokens=9)
-    assert ReturnsFirst("progress").priority(back) == pytest.approx(1 + 0.999 * 0.25)
-    assert ReturnsFirst("attained").priority(back) == pytest.approx(1 + 0.999 / 10)
-    assert ReturnsFirst("outcome").priority(back) == pytest.approx(1 + 0.499 * 0.25)
+    assert ReturnsFirst(ReturnsFirst.Args("progress")).priority(back) == pytest.approx(1 + 0.999 * 0.25)
+    assert ReturnsFirst(ReturnsFirst.Args("attained")).priority(back) == pytest.approx(1 + 0.999 / 10)
+    assert ReturnsFirst(ReturnsFirst.Args("outcome")).priority(back) == pytest.approx(1 + 0.499 * 0.25)
     ok = Back("e", 1, 4, 100, 0.3, ("ok",))
-    assert ReturnsFirst("outcome").priority(ok) == pytest.approx(1.5 + 0.499 * 0.25)
+    assert ReturnsFirst(ReturnsFirst.Args("outcome")).priority(ok) == pytest.approx(1.5 + 0.499 * 0.25)
     assert Release().priority(back) == 0 and Pin().priority(back) == 0
-    assert Pin(priority="progress").priority(back) == ReturnsFirst("progress").priority(back)
+    assert Pin(Pin.Args(priority="progress")).priority(back) == ReturnsFirst(
+        ReturnsFirst.Args("progress")
+    ).priority(back)
 
 
 def test_names_and_bad_arguments():
@@ -118,19 +123,26 @@ def test_names_and_bad_arguments():
     assert isinstance(make_tool_wait("pin", quantile=0.5), Pin)
     with pytest.raises(ValueError, match="unknown tool-wait policy 'hold'; valid: lockstep, pin"):
         make_tool_wait("hold")
-    with pytest.raises(ValueError, match="tool-wait policy 'release': bad tool_wait_args"):
+    with pytest.raises(ValueError, match="tool-wait policy 'release' takes no arguments, got ttl"):
         make_tool_wait("release", ttl=3)
-    with pytest.raises(ValueError, match="'by' must be one of progress, attained, outcome"):
+    with pytest.raises(
+        ValueError,
+        match="tool-wait policy 'priority': argument 'by' must be one of progress, attained, outcome, got 'fastest'",
+    ):
         make_tool_wait("priority", by="fastest")
-    with pytest.raises(ValueError, match="pin: quantile must be in"):
-        Pin(quantile=0)
+    with pytest.raises(ValueError, match=r"argument 'quantile' must be in \(0, 1\], got 0"):
+        Pin.Args(quantile=0)
+    with pytest.raises(ValueError, match="tool-wait policy 'pin': unknown argument 'ttl'; valid: quantile"):
+        make_tool_wait("pin", ttl=3)
+    with pytest.raises(ValueError, match=r"'pin': argument 'min_keep_s' must be in \(0, max_keep_s\], got 2"):
+        TOOL_WAITS.check("pin", {"max_keep_s": 1, "min_keep_s": 2})
 
 
 # ---- on the engine ---------------------------------------------------------------------------
 def test_pin_reuses_the_history_and_samples_what_release_samples(model, tokenizer):
     lat = [[0.05, 0.05, 0.05]]
     released, e_rel, _, _ = run(model, tokenizer, Release(), lat)
-    pinned, e_pin, _, _ = run(model, tokenizer, Pin(prior_wait_s=1.0), lat)
+    pinned, e_pin, _, _ = run(model, tokenizer, Pin(Pin.Args(prior_wait_s=1.0)), lat)
     for a, b in zip(released, pinned, strict=True):
         assert a.token_ids == b.token_ids and a.trained == b.trained
         assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
@@ -141,7 +153,10 @@ def test_pin_reuses_the_history_and_samples_what_release_samples(model, tokenize
 
 def test_a_wait_past_the_time_to_live_prefills_again(model, tokenizer):
     _, engine, _, _ = run(
-        model, tokenizer, Pin(prior_wait_s=0.01, max_keep_s=0.01, min_keep_s=0.01), [[5.0, 5.0, 5.0]]
+        model,
+        tokenizer,
+        Pin(Pin.Args(prior_wait_s=0.01, max_keep_s=0.01, min_keep_s=0.01)),
+        [[5.0, 5.0, 5.0]],
     )
     assert engine.num_reused == 0 and engine.num_expired > 0 and engine.parked_ids == []
 
@@ -171,7 +186,13 @@ def test_returning_turns_are_admitted_ahead_of_fresh_ones_under_priority(model, 
     lat = [[0.0, 0.0]]
     _, fcfs, _, _ = run(model, tokenizer, Release(), lat, n=4, concurrency=1, admission=Priority())
     _, first, _, _ = run(
-        model, tokenizer, ReturnsFirst("progress"), lat, n=4, concurrency=1, admission=Priority()
+        model,
+        tokenizer,
+        ReturnsFirst(ReturnsFirst.Args("progress")),
+        lat,
+        n=4,
+        concurrency=1,
+        admission=Priority(),
     )
     assert fcfs.admitted[:4] == ["e0/turn0", "e1/turn0", "e2/turn0", "e3/turn0"]  # fresh ones queued first
     assert first.admitted[:3] == ["e0/turn0", "e0/turn1", "e0/turn2"]  # e0 runs to its end first
@@ -179,8 +200,8 @@ def test_returning_turns_are_admitted_ahead_of_fresh_ones_under_priority(model, 
 
 def test_virtual_runs_are_deterministic(model, tokenizer):
     lat = [[0.2, 1.5], [0.05, 0.4], [3.0, 0.1]]
-    a = run(model, tokenizer, Pin(priority="progress"), lat, admission=Priority())
-    b = run(model, tokenizer, Pin(priority="progress"), lat, admission=Priority())
+    a = run(model, tokenizer, Pin(Pin.Args(priority="progress")), lat, admission=Priority())
+    b = run(model, tokenizer, Pin(Pin.Args(priority="progress")), lat, admission=Priority())
     assert a[3].now() == b[3].now() and a[2].last_latencies == b[2].last_latencies
     assert [s.token_ids for s in a[0]] == [s.token_ids for s in b[0]]
     assert a[2].peak_cached_tokens == b[2].peak_cached_tokens > 0
@@ -188,8 +209,62 @@ def test_virtual_runs_are_deterministic(model, tokenizer):
 
 def test_config_names_the_field_of_a_bad_tool_wait():
     from schedrl.config import ConfigError, config_from_dict
+    from schedrl.orchestrate.schedule import check_schedule
 
-    with pytest.raises(ConfigError, match="'task.tool_wait': unknown tool-wait policy 'keep'"):
-        config_from_dict({"task": {"tool_wait": "keep"}})
-    with pytest.raises(ConfigError, match="'task.tool_wait': tool-wait policy 'pin': bad tool_wait_args"):
-        config_from_dict({"task": {"tool_wait": "pin", "tool_wait_args": {"ttl": 1}}})
+    def check(schedule):
+        check_schedule(config_from_dict({"schedule": schedule}).schedule)
+
+    with pytest.raises(ConfigError, match="'schedule.tool_wait': unknown tool-wait policy 'keep'"):
+        check({"tool_wait": "keep"})
+    with pytest.raises(
+        ConfigError, match="'schedule.tool_wait': tool-wait policy 'pin': unknown argument 'ttl'"
+    ):
+        check({"tool_wait": "pin", "tool_wait_args": {"ttl": 1}})
+
+
+# ---- the registry's contract -----------------------------------------------------------------
+def test_orders_returns_says_whether_a_policy_sets_priorities():
+    back = Back("e", 1, 4, 100, 0.3, ("ok",))
+    for name, args in [
+        ("release", {}),
+        ("lockstep", {}),
+        ("pin", {}),
+        ("pin", {"priority": "attained"}),
+        ("priority", {"by": "outcome"}),
+    ]:
+        policy = make_tool_wait(name, **args)
+        assert isinstance(policy, ToolWaitPolicy)
+        assert policy.orders_returns == (policy.priority(back) != 0), (name, args)
+
+
+class Hold:
+    """Keeps every slot for a fixed time (a user's own policy)."""
+
+    lockstep = False
+    parks = True
+    orders_returns = False
+
+    @dataclass(frozen=True)
+    class Args:
+        keep_s: float = 1.0  # how long a slot is kept
+
+    def __init__(self, args: Args = Args()) -> None:
+        self.seconds = args.keep_s
+
+    def keep_s(self, turn: Turn) -> float:
+        return self.seconds
+
+    def priority(self, back: Back) -> float:
+        return 0.0
+
+    def observe(self, back: Back) -> None:
+        pass
+
+
+def test_a_users_policy_builds_by_dotted_path():
+    policy = make_tool_wait("tests.test_tool_wait:Hold", keep_s=2.5)
+    assert isinstance(policy, ToolWaitPolicy) and policy.keep_s(Turn("e", 0, 4, 10)) == 2.5
+    with pytest.raises(
+        ValueError, match="tool-wait policy 'tests.test_tool_wait:Hold': unknown argument 'ttl'"
+    ):
+        TOOL_WAITS.check("tests.test_tool_wait:Hold", {"ttl": 1})

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from schedrl.algos.turn_credit import per_token, returns_to_go, turn_advantages
+from schedrl.api import resolve_config
 from schedrl.config import ConfigError, config_from_dict
 from schedrl.engine import EngineConfig, HFEngine
 from schedrl.envs import make_env, make_task
@@ -56,9 +57,9 @@ def test_bad_discounts_and_empty_trajectories_are_refused():
     with pytest.raises(ValueError, match="at least one turn reward"):
         turn_advantages([[]], torch.tensor([0]))
     with pytest.raises(ConfigError, match="'algo.turn_credit' must be one of broadcast, return_to_go"):
-        config_from_dict({"algo": {"turn_credit": "per_step"}})
+        resolve_config({"algo": {"turn_credit": "per_step"}})
     with pytest.raises(ConfigError, match="needs algo.advantage 'grpo'"):
-        config_from_dict({"algo": {"turn_credit": "return_to_go", "advantage": "reward"}})
+        resolve_config({"algo": {"turn_credit": "return_to_go", "advantage": "reward"}})
 
 
 def test_token_advantages_sit_where_collate_puts_the_completion():

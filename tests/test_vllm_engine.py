@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from schedrl.api import resolve_config
 from schedrl.config import ConfigError, config_from_dict
 from schedrl.engine import EngineConfig
 from schedrl.orchestrate.sync import train
@@ -30,13 +31,15 @@ def test_config_refuses_vllm_settings_it_cannot_honour():
     with pytest.raises(
         ConfigError, match=r"'engine.vllm.max_num_seqs' is set by schedrl \(engine.max_concurrency\)"
     ):
-        config_from_dict({"engine": {"backend": "vllm", "vllm": {"max_num_seqs": 4}}})
+        resolve_config({"engine": {"backend": "vllm", "vllm": {"max_num_seqs": 4}}})
     with pytest.raises(ConfigError, match="engine.vllm.*is set but engine.backend is 'builtin'"):
         config_from_dict({"engine": {"vllm": {"enforce_eager": True}}})
     with pytest.raises(ConfigError, match="engine.backend' must be builtin or vllm, got 'sglang'"):
-        config_from_dict({"engine": {"backend": "sglang"}})
-    with pytest.raises(ConfigError, match="task.tool_wait: release or priority"):
-        config_from_dict({"engine": {"backend": "vllm", "park_slots": 4}})
+        resolve_config({"engine": {"backend": "sglang"}})
+    with pytest.raises(
+        ConfigError, match="'engine.park_slots': engine.backend vllm does not park trajectories"
+    ):
+        resolve_config({"engine": {"backend": "vllm", "park_slots": 4}})
 
 
 @pytest.mark.skipif(HAS_VLLM, reason="checks the message shown without vllm")
@@ -50,7 +53,7 @@ def test_missing_vllm_names_the_extra(model, tokenizer):
 @needs_vllm
 def test_unknown_vllm_setting_is_named():
     with pytest.raises(ConfigError, match="'engine.vllm.enforce_eagre' is not a vLLM EngineArgs setting"):
-        config_from_dict({"engine": {"backend": "vllm", "vllm": {"enforce_eagre": True}}})
+        resolve_config({"engine": {"backend": "vllm", "vllm": {"enforce_eagre": True}}})
 
 
 @needs_vllm
@@ -112,7 +115,7 @@ ASYNC = {
     "task": {"name": "sort", "args": {"min_len": 2, "max_len": 3}},
     "sft": {"steps": 20, "batch_size": 32, "lr": 1e-3},
     "sampling": {"prompts_per_step": 6, "group_size": 4, "max_new_tokens": 4, "temperature": 1.2},
-    "algo": {"clip_eps_high": 0.28, "correction": "decoupled"},
+    "algo": {"loss_args": {"clip_eps_high": 0.28}, "correction": "decoupled"},
     "eval": {"tasks": 8, "k": 2},
     "min_start_reward": 0.0,
     "engine": {"backend": "vllm", "vllm": SMALL_KV},
@@ -122,20 +125,21 @@ ASYNC = {
 
 @needs_vllm
 @pytest.mark.parametrize(
-    "pipeline",
+    ("backend", "schedule"),
     [
-        {"backend": "threads", "max_staleness": 2, "weight_sync": "inflight"},
-        {"backend": "local", "max_staleness": 1, "consumption": "partial", "weight_sync": "cut_resume"},
+        ("threads", {"max_staleness": 2, "weight_sync": "inflight"}),
+        ("local", {"max_staleness": 1, "consumption": "partial", "weight_sync": "cut_resume"}),
     ],
     ids=["threads-inflight", "partial-cut-resume"],
 )
-def test_async_pipeline_on_vllm(tmp_path, pipeline):
-    cfg = config_from_dict({**ASYNC, "steps": 5, "pipeline": {"mode": "async", **pipeline}})
+def test_async_pipeline_on_vllm(tmp_path, backend, schedule):
+    pipeline = {"mode": "async", "backend": backend}
+    cfg = config_from_dict({**ASYNC, "steps": 5, "pipeline": pipeline, "schedule": schedule})
     run = RunDir.create(tmp_path, "async")
     result = train(cfg, run)
     rows = [r for r in read_metrics(run.metrics_path) if "reward_mean" in r]
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
-    assert max(r["staleness_max"] for r in rows) <= pipeline["max_staleness"]
+    assert max(r["staleness_max"] for r in rows) <= schedule["max_staleness"]
     assert max(r["staleness_max"] for r in rows) >= 1  # the engine really ran ahead of the learner
     assert "greedy_acc" in result["eval_after"]
 
@@ -146,8 +150,8 @@ def test_ray_pipeline_on_vllm(tmp_path, monkeypatch):
     import ray
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    pipeline = {"mode": "async", "backend": "ray", "max_staleness": 1, "weight_sync": "inflight"}
-    cfg = config_from_dict({**ASYNC, "steps": 4, "pipeline": pipeline})
+    pipeline, schedule = {"mode": "async", "backend": "ray"}, {"max_staleness": 1, "weight_sync": "inflight"}
+    cfg = config_from_dict({**ASYNC, "steps": 4, "pipeline": pipeline, "schedule": schedule})
     run = RunDir.create(tmp_path, "ray")
     train(cfg, run)
     rows = [r for r in read_metrics(run.metrics_path) if "reward_mean" in r]

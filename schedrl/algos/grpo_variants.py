@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from schedrl.algos.advantages import group_stats
-from schedrl.algos.losses import KL_ESTIMATORS, grpo_loss, kl_penalty, ppo_clip_loss
+from schedrl.algos.losses import KL_ESTIMATORS, ClipArgs, grpo_loss, kl_penalty, ppo_clip_loss
 from schedrl.algos.registry import register
 from schedrl.algos.spec import LossSpec
 
@@ -45,7 +45,7 @@ def masked_kl(
     "loss",
     "drgrpo",
     "PPO-clip token sum / constant max_tokens: no length bias (Dr. GRPO)",
-    LossSpec(frozenset({"ref_logp"}), "constant", ("clip_eps", "clip_eps_high", "kl_coef", "kl_estimator")),
+    LossSpec(frozenset({"ref_logp"}), "constant", args=ClipArgs),
 )
 def drgrpo_loss(
     logp: Tensor,
@@ -97,11 +97,7 @@ def drgrpo_loss(
     "loss",
     "dapo",
     "token-mean PPO-clip with clip-higher eps_high=0.28 (DAPO)",
-    LossSpec(
-        frozenset({"ref_logp"}),
-        options=("clip_eps", "clip_eps_high", "kl_coef", "kl_estimator"),
-        correctable=True,
-    ),
+    LossSpec(frozenset({"ref_logp"}), args=ClipArgs, correctable=True),
 )
 def dapo_loss(
     logp: Tensor,

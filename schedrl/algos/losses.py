@@ -12,14 +12,33 @@ Schulman 2020, "Approximating KL Divergence", http://joschu.net/blog/kl-approx.h
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 from schedrl.algos.registry import register
 from schedrl.algos.spec import LossSpec
+from schedrl.registry import check_arg
 
 AGGS: tuple[str, ...] = ("token_mean", "seq_mean")
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+
+
+def check_clip_high(clip_eps_high: float | None) -> None:
+    check_arg(clip_eps_high is None or clip_eps_high >= 0, "clip_eps_high", clip_eps_high, ">= 0 or null")
+
+
+@dataclass(frozen=True)
+class ClipArgs:
+    """The PPO-clip family's arguments: the ratio's trust region [1 - clip_eps, 1 + clip_eps_high]."""
+
+    clip_eps: float = 0.2  # clip range of the ratio, low side
+    clip_eps_high: float | None = None  # high side; None = clip_eps (larger: DAPO's clip-higher)
+
+    def __post_init__(self) -> None:
+        check_arg(0 <= self.clip_eps < 1, "clip_eps", self.clip_eps, "in [0, 1)")
+        check_clip_high(self.clip_eps_high)
 
 
 def masked_mean(x: Tensor, mask: Tensor, agg: str = "token_mean") -> Tensor:
@@ -54,7 +73,7 @@ def broadcast_adv(adv: Tensor, logp: Tensor) -> Tensor:
     "loss",
     "ppo_clip",
     "PPO clipped surrogate -min(r A, clip(r, 1-eps_low, 1+eps_high) A)",
-    LossSpec(options=("clip_eps", "clip_eps_high")),
+    LossSpec(args=ClipArgs),
 )
 def ppo_clip_loss(
     logp: Tensor,
@@ -156,11 +175,7 @@ def token_logprobs(logits: Tensor, tokens: Tensor, temperature: float = 1.0) -> 
     "loss",
     "grpo",
     "PPO-clip surrogate + kl_coef * KL(pi_theta || pi_ref) (GRPO)",
-    LossSpec(
-        frozenset({"ref_logp"}),
-        options=("clip_eps", "clip_eps_high", "kl_coef", "kl_estimator"),
-        correctable=True,
-    ),
+    LossSpec(frozenset({"ref_logp"}), args=ClipArgs, correctable=True),
 )
 def grpo_loss(
     logp: Tensor,

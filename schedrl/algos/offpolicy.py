@@ -24,11 +24,12 @@ import torch
 from torch import Tensor
 
 from schedrl.algos.grpo_variants import masked_kl
-from schedrl.algos.losses import broadcast_adv, grpo_loss, kl_penalty, masked_mean
+from schedrl.algos.losses import ClipArgs, broadcast_adv, grpo_loss, kl_penalty, masked_mean
 from schedrl.algos.registry import available, loss_spec, register
 from schedrl.algos.spec import LossSpec
 
-# algo.correction -> the registered loss that replaces the PPO-clip surrogate of algo.name
+# algo.correction -> the registered loss that replaces the PPO-clip surrogate of algo.loss; it reads that
+# loss's arguments (its clip range) and algo.is_cap
 CORRECTIONS = {"decoupled": "decoupled_ppo", "tis": "tis", "cross_stage": "cross_stage_is"}
 
 
@@ -97,11 +98,7 @@ def _weighted_ppo(
     "loss",
     "decoupled_ppo",
     "PPO-clip around pi_prox times sg(min(pi_prox / pi_behav, C)) (AReaL decoupled PPO)",
-    LossSpec(
-        frozenset({"behav_logp", "ref_logp"}),
-        options=("is_cap", "clip_eps", "clip_eps_high", "kl_coef", "kl_estimator"),
-        correction=True,
-    ),
+    LossSpec(frozenset({"behav_logp", "ref_logp"}), args=ClipArgs, correction=True),
 )
 def decoupled_ppo_loss(
     logp: Tensor,
@@ -149,9 +146,7 @@ def decoupled_ppo_loss(
     "loss",
     "tis",
     "truncated IS policy gradient: -sg(min(pi_theta / pi_behav, C)) A log pi_theta",
-    LossSpec(
-        frozenset({"behav_logp", "ref_logp"}), options=("is_cap", "kl_coef", "kl_estimator"), correction=True
-    ),
+    LossSpec(frozenset({"behav_logp", "ref_logp"}), correction=True),
 )
 def tis_loss(
     logp: Tensor,
@@ -236,11 +231,7 @@ def cross_stage_weight(
     "loss",
     "cross_stage_is",
     "decoupled PPO whose IS weight corrects only tokens of older policy stages, by their stage (CoPRIS)",
-    LossSpec(
-        frozenset({"behav_logp", "versions", "ref_logp"}),
-        options=("is_cap", "clip_eps", "clip_eps_high", "kl_coef", "kl_estimator"),
-        correction=True,
-    ),
+    LossSpec(frozenset({"behav_logp", "versions", "ref_logp"}), args=ClipArgs, correction=True),
 )
 def cross_stage_is_loss(
     logp: Tensor,

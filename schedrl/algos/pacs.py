@@ -9,19 +9,30 @@ RLVR" (PACS), arXiv:2509.02522.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from schedrl.algos.registry import register
 from schedrl.algos.spec import LossSpec
+from schedrl.registry import check_arg
+
+
+@dataclass(frozen=True)
+class PacsArgs:
+    pacs_beta: float = 1.0  # beta of the score beta * log(pi_theta / pi_old) of a sequence
+
+    def __post_init__(self) -> None:
+        check_arg(self.pacs_beta > 0, "pacs_beta", self.pacs_beta, "> 0")
 
 
 @register(
     "loss",
     "pacs",
     "BCE(sigmoid(leave-one-out score of beta log pi_theta/pi_old), reward label) (PACS)",
-    LossSpec(frozenset({"groups"}), "sequence", ("pacs_beta",)),
+    LossSpec(frozenset({"groups"}), "sequence", args=PacsArgs),
 )
 def pacs_loss(
     logp: Tensor,

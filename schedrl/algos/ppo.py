@@ -15,12 +15,15 @@ arXiv:1707.06347, with the value clipping of OpenAI Baselines' ppo2; Engstrom et
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
-from schedrl.algos.losses import grpo_loss, masked_mean
+from schedrl.algos.losses import ClipArgs, grpo_loss, masked_mean
 from schedrl.algos.registry import register
 from schedrl.algos.spec import LossSpec
+from schedrl.registry import check_arg
 
 
 def _float(x: Tensor) -> Tensor:
@@ -177,6 +180,23 @@ def ppo_advantages(
     return (whiten(adv, mask) if normalize else adv), returns
 
 
+@dataclass(frozen=True)
+class PPOArgs(ClipArgs):
+    """The policy's clip band, the clipped value loss, and GAE's discounts (read by token advantages)."""
+
+    vf_coef: float = 0.1  # weight of the value loss
+    vf_clip: float | None = 0.2  # clip range of the value around the old value; None = no clipping
+    gae_gamma: float = 1.0  # GAE discount
+    gae_lambda: float = 0.95  # GAE lambda: 1 = Monte Carlo returns, 0 = one-step TD
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_arg(self.vf_coef >= 0, "vf_coef", self.vf_coef, ">= 0")
+        check_arg(self.vf_clip is None or self.vf_clip >= 0, "vf_clip", self.vf_clip, ">= 0 or null")
+        for name in ("gae_gamma", "gae_lambda"):
+            check_arg(0 <= getattr(self, name) <= 1, name, getattr(self, name), "in [0, 1]")
+
+
 def gae_token_advantages(
     scores: Tensor, old_values: Tensor, mask: Tensor, *, gae_gamma: float, gae_lambda: float
 ) -> tuple[Tensor, Tensor]:
@@ -190,7 +210,7 @@ def gae_token_advantages(
     "PPO-clip on GAE token advantages + vf_coef * clipped value loss (value head)",
     LossSpec(
         frozenset({"values", "returns", "ref_logp"}),
-        options=("vf_coef", "vf_clip", "clip_eps", "clip_eps_high", "kl_coef", "kl_estimator"),
+        args=PPOArgs,
         token_advantages=gae_token_advantages,
         advantage_options=("gae_gamma", "gae_lambda"),
     ),

@@ -11,6 +11,7 @@ for Small Language Models", arXiv:2510.03515.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -18,13 +19,22 @@ from torch import Tensor
 from schedrl.algos.losses import masked_mean
 from schedrl.algos.registry import register
 from schedrl.algos.spec import LossSpec
+from schedrl.registry import check_arg
+
+
+@dataclass(frozen=True)
+class RapidArgs:
+    is_cap: float = 2.0  # cap C of the sequence importance weight; >= 1, .inf = no cap
+
+    def __post_init__(self) -> None:
+        check_arg(self.is_cap >= 1, "is_cap", self.is_cap, ">= 1")
 
 
 @register(
     "loss",
     "rapid",
     "group advantage x sg(min(pi_theta / pi_old, C)) sequence IS weight, off-policy minibatches (RAPID)",
-    LossSpec(options=("is_cap",)),
+    LossSpec(args=RapidArgs),
 )
 def rapid_loss(
     logp: Tensor,

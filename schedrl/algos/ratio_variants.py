@@ -12,20 +12,32 @@ arXiv:2510.13786.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 from schedrl.algos.grpo_variants import masked_kl
-from schedrl.algos.losses import broadcast_adv, masked_mean
+from schedrl.algos.losses import ClipArgs, broadcast_adv, check_clip_high, masked_mean
 from schedrl.algos.registry import register
 from schedrl.algos.spec import LossSpec
+from schedrl.registry import check_arg
+
+
+@dataclass(frozen=True)
+class CispoArgs(ClipArgs):
+    """`ClipArgs` whose clip_eps may be 1: CISPO's weight then has no lower bound."""
+
+    def __post_init__(self) -> None:
+        check_arg(0 <= self.clip_eps <= 1, "clip_eps", self.clip_eps, "in [0, 1]")
+        check_clip_high(self.clip_eps_high)
 
 
 @register(
     "loss",
     "gspo",
     "PPO-clip on the sequence ratio exp(mean_t log rho_t), one A per sequence (GSPO)",
-    LossSpec(frozenset({"ref_logp"}), options=("clip_eps", "clip_eps_high", "kl_coef", "kl_estimator")),
+    LossSpec(frozenset({"ref_logp"}), args=ClipArgs),
 )
 def gspo_loss(
     logp: Tensor,
@@ -93,7 +105,7 @@ def gspo_loss(
     "loss",
     "cispo",
     "REINFORCE weighted by sg(clip(rho, 1-eps_low, 1+eps_high)), no token dropped (CISPO)",
-    LossSpec(frozenset({"ref_logp"}), options=("clip_eps", "clip_eps_high", "kl_coef", "kl_estimator")),
+    LossSpec(frozenset({"ref_logp"}), args=CispoArgs),
 )
 def cispo_loss(
     logp: Tensor,

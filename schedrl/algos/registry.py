@@ -5,10 +5,12 @@
 
     loss_fn = get("loss", "grpo")
     needs = loss_spec("grpo").inputs
+    args = LOSSES.check("grpo", {"clip_eps_high": 0.28})   # its Args: ClipArgs(0.2, 0.28)
 
 Every loss shares the signature ``(logp, old_logp, adv, mask, **kw) -> (loss, stats)`` and is
-registered with the `LossSpec` of what it needs; every advantage estimator takes
-``(rewards, group_index, **kw) -> adv``.
+registered with the `LossSpec` of what it needs (its `Args` included); every advantage estimator
+takes ``(rewards, group_index, **kw) -> adv``. A loss name may also be ``pkg.module:name``, naming a
+`Loss` record there.
 """
 
 from __future__ import annotations
@@ -50,12 +52,23 @@ def register(kind: str, name: str, description: str, spec: LossSpec | None = Non
 def get(kind: str, name: str) -> Callable[..., Any]:
     """The function registered as ``name``; ``ValueError`` listing the valid names otherwise."""
     _check_kind(kind)
-    return LOSSES.get(name).fn if kind == "loss" else ADVANTAGES.get(name)
+    return resolve(name).fn if kind == "loss" else ADVANTAGES.get(name)
+
+
+def resolve(name: str) -> Loss:
+    """The loss registered as ``name``, or the `Loss` record at ``pkg.module:name``."""
+    obj = LOSSES.get(name)
+    if not isinstance(obj, Loss):
+        raise ValueError(
+            f"loss {name!r}: a dotted path must name a schedrl.algos.spec.Loss (the function with its "
+            f"LossSpec), got {type(obj).__name__}"
+        )
+    return obj
 
 
 def loss_spec(name: str) -> LossSpec:
-    """The spec of the loss registered as ``name``."""
-    return LOSSES.get(name).spec
+    """The spec of the loss registered as ``name`` (or at ``pkg.module:name``)."""
+    return resolve(name).spec
 
 
 def available(kind: str) -> dict[str, str]:

@@ -10,12 +10,23 @@ Reasoning with Verifiable Rewards", arXiv:2509.24981.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 from schedrl.algos.losses import broadcast_adv, masked_mean
 from schedrl.algos.registry import register
 from schedrl.algos.spec import LossSpec
+from schedrl.registry import check_arg
+
+
+@dataclass(frozen=True)
+class RoverArgs:
+    rover_temp: float = 1.0  # rho of Q = rho * log(pi_theta / pi_old)
+
+    def __post_init__(self) -> None:
+        check_arg(self.rover_temp > 0, "rover_temp", self.rover_temp, "> 0")
 
 
 def vocab_mean_logp(logits: Tensor, temperature: float = 1.0) -> Tensor:
@@ -27,7 +38,7 @@ def vocab_mean_logp(logits: Tensor, temperature: float = 1.0) -> Tensor:
     "loss",
     "rover",
     "regress Q = rho log(pi_theta/pi_old) on r + mean_vocab Q(next) (ROVER)",
-    LossSpec(frozenset({"vocab_stat"}), options=("rover_temp",), vocab_stat=vocab_mean_logp),
+    LossSpec(frozenset({"vocab_stat"}), args=RoverArgs, vocab_stat=vocab_mean_logp),
 )
 def rover_loss(
     logp: Tensor,

@@ -12,12 +12,26 @@ baseline, strict two-sided token clipping) and nothing more, so treat it as an a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
-from schedrl.algos.losses import broadcast_adv, masked_mean
+from schedrl.algos.losses import ClipArgs, broadcast_adv, masked_mean
 from schedrl.algos.registry import register
 from schedrl.algos.spec import LossSpec
+from schedrl.registry import check_arg
+
+
+@dataclass(frozen=True)
+class SAOArgs(ClipArgs):
+    """The clip band and the weight of the prompt-value loss."""
+
+    vf_coef: float = 0.1  # weight of the value loss
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_arg(self.vf_coef >= 0, "vf_coef", self.vf_coef, ">= 0")
 
 
 def first_token_values(values: Tensor, mask: Tensor) -> Tensor:
@@ -32,7 +46,7 @@ def first_token_values(values: Tensor, mask: Tensor) -> Tensor:
     "loss",
     "sao",
     "one sample per prompt, A = r - V(prompt) from a value head, strict two-sided clip (SAO)",
-    LossSpec(frozenset({"values"}), options=("vf_coef", "clip_eps", "clip_eps_high")),
+    LossSpec(frozenset({"values"}), args=SAOArgs),
 )
 def sao_loss(
     logp: Tensor,

@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from schedrl.data.stats import TaskStats
 from schedrl.envs import Task, TaskSource
+from schedrl.registry import check_arg
 from schedrl.seeding import derive_seed
 
 Batch = list[tuple[Task, int]]
@@ -78,29 +79,46 @@ class DataScheduler(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-class ArgError(ValueError):
-    """A data scheduler argument has a bad value."""
-
-
 def check_number(
-    sched: str,
-    name: str,
+    field: str,
     value: Any,
     lo: float,
     hi: float | None = None,
     *,
     integer: bool = False,
     lo_open: bool = False,
-) -> Any:
-    """Return ``value`` if it is a number in range (``(lo`` when ``lo_open``), else ``ArgError`` naming it."""
+) -> None:
+    """In an `Args.__post_init__`: `value` is a number (an int when `integer`) in range, ``(lo`` when
+    `lo_open`; else the `check_arg` error "argument 'field' must be an int >= 2, got 1"."""
+    check_arg(
+        _in_range(value, lo, hi, integer=integer, lo_open=lo_open),
+        field,
+        value,
+        _rule(lo, hi, integer=integer, lo_open=lo_open),
+    )
+
+
+def check_budget(sched: str, budget: Any, lo: int) -> None:
+    """A step's budget (no argument: it comes with each call) is an int of at least one group, `lo`."""
+    if not _in_range(budget, lo, integer=True):
+        raise ValueError(
+            f"data scheduler {sched!r}: budget must be {_rule(lo, integer=True)}, got {budget!r}"
+        )
+
+
+def _in_range(
+    value: Any, lo: float, hi: float | None = None, *, integer: bool = False, lo_open: bool = False
+) -> bool:
     kind = int if integer else int | float
     ok = isinstance(value, kind) and not isinstance(value, bool)
-    ok = ok and (value > lo if lo_open else value >= lo) and (hi is None or value <= hi)
-    if not ok:
-        what = "an int" if integer else "a number"
-        rng = f"{'>' if lo_open else '>='} {lo}" if hi is None else f"in {'(' if lo_open else '['}{lo}, {hi}]"
-        raise ArgError(f"data scheduler {sched!r}: {name} must be {what} {rng}, got {value!r}")
-    return value
+    return ok and (value > lo if lo_open else value >= lo) and (hi is None or value <= hi)
+
+
+def _rule(lo: float, hi: float | None = None, *, integer: bool = False, lo_open: bool = False) -> str:
+    """What `_in_range` asks for, in words: "an int >= 2", "a number in (0, 1]"."""
+    what = "an int" if integer else "a number"
+    rng = f"{'>' if lo_open else '>='} {lo}" if hi is None else f"in {'(' if lo_open else '['}{lo}, {hi}]"
+    return f"{what} {rng}"
 
 
 def check_batch(sched: str, batch: Batch, budget: int) -> Batch:
@@ -137,19 +155,26 @@ class PoolScheduler(ABC):
     """Shared plumbing: a step counter, per-step RNGs, a task pool and per-task statistics.
 
     Subclasses implement ``_select(budget, rng) -> Batch`` and may extend ``observe`` and the
-    state with ``_extra_state`` / ``_load_extra``.
+    state with ``_extra_state`` / ``_load_extra``; their ``Args`` extend ``PoolScheduler.Args``, so
+    every pool scheduler takes the pool and statistics arguments too.
     """
 
     name = "pool"
 
-    def __init__(
-        self, ctx: DataContext, pool_size: int, prior_weight: float = 4.0, decay: float = 0.5
-    ) -> None:
-        check_number(self.name, "pool_size", pool_size, 1, integer=True)
-        check_number(self.name, "prior_weight", prior_weight, 0, lo_open=True)
-        check_number(self.name, "decay", decay, 0, 1)
-        self.ctx, self.pool_size = ctx, pool_size
-        self.stats = TaskStats(prior_weight, decay)
+    @dataclass(frozen=True)
+    class Args:
+        pool_size: int = 1024  # distinct train tasks drawn once from the source
+        prior_weight: float = 4.0  # k: pseudo-trials of the domain's rate a task's estimate is shrunk toward
+        decay: float = 0.5  # factor on a task's old counts each time it is observed again
+
+        def __post_init__(self) -> None:
+            check_number("pool_size", self.pool_size, 1, integer=True)
+            check_number("prior_weight", self.prior_weight, 0, lo_open=True)
+            check_number("decay", self.decay, 0, 1)
+
+    def __init__(self, ctx: DataContext, args: Args = Args()) -> None:
+        self.ctx, self.pool_size = ctx, args.pool_size
+        self.stats = TaskStats(args.prior_weight, args.decay)
         self.position = 0  # batches handed out so far
         self._pool: TaskPool | None = None
 
@@ -168,7 +193,7 @@ class PoolScheduler(ABC):
         return self.ctx.group_size
 
     def next_batch(self, budget: int) -> Batch:
-        check_number(self.name, "budget", budget, self.min_budget, integer=True)
+        check_budget(self.name, budget, self.min_budget)
         batch = check_batch(self.name, self._select(budget, self.rng("step", self.position)), budget)
         self.position += 1
         return batch

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from dataclasses import dataclass
 from typing import Any
 
 from schedrl.data.base import Batch, DataContext, EpochOrder, PoolScheduler, check_number
@@ -60,18 +61,21 @@ class BudgetAllocScheduler(PoolScheduler):
 
     name = "coba"
 
-    def __init__(
-        self,
-        ctx: DataContext,
-        pool_size: int = 1024,
-        candidates: int = 64,
-        min_group: int = 2,
-        max_group: int = 32,
-    ) -> None:
-        super().__init__(ctx, pool_size)
-        self.candidates = check_number(self.name, "candidates", candidates, 1, integer=True)
-        self.min_group = check_number(self.name, "min_group", min_group, 2, integer=True)
-        self.max_group = check_number(self.name, "max_group", max_group, min_group, integer=True)
+    @dataclass(frozen=True)
+    class Args(PoolScheduler.Args):
+        candidates: int = 64  # pool tasks (in epoch order) the budget is split over each step
+        min_group: int = 2  # a task's first unit of samples (a group of one has no advantage)
+        max_group: int = 32  # most samples one task gets in a step
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            check_number("candidates", self.candidates, 1, integer=True)
+            check_number("min_group", self.min_group, 2, integer=True)
+            check_number("max_group", self.max_group, self.min_group, integer=True)
+
+    def __init__(self, ctx: DataContext, args: Args = Args()) -> None:
+        super().__init__(ctx, args)
+        self.candidates, self.min_group, self.max_group = args.candidates, args.min_group, args.max_group
         self.order = EpochOrder()
 
     @property

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass
 from typing import Any
 
 from schedrl.data.base import Batch, DataContext, PoolScheduler, check_number
@@ -35,26 +36,33 @@ class DifficultyProfileScheduler(PoolScheduler):
 
     name = "difficulty_profile"
 
-    def __init__(
-        self,
-        ctx: DataContext,
-        pool_size: int = 512,
-        probe_samples: int = 2,
-        scale: float = 2.0,
-        min_group: int = 2,
-        max_group: int = 16,
-        trivial_p: float = 0.9,
-        unsolvable_p: float = 0.05,
-        unsolvable_keep: float = 0.1,
-    ) -> None:
-        super().__init__(ctx, pool_size)
-        self.probe_samples = check_number(self.name, "probe_samples", probe_samples, 1, integer=True)
-        self.scale = check_number(self.name, "scale", scale, 0, lo_open=True)
-        self.min_group = check_number(self.name, "min_group", min_group, 2, integer=True)
-        self.max_group = check_number(self.name, "max_group", max_group, min_group, integer=True)
-        self.trivial_p = check_number(self.name, "trivial_p", trivial_p, 0, 1)
-        self.unsolvable_p = check_number(self.name, "unsolvable_p", unsolvable_p, 0, trivial_p)
-        self.unsolvable_keep = check_number(self.name, "unsolvable_keep", unsolvable_keep, 0, 1)
+    @dataclass(frozen=True)
+    class Args(PoolScheduler.Args):
+        pool_size: int = 512  # distinct train tasks drawn once from the source
+        probe_samples: int = 2  # samples per pool task in the profiling pass
+        scale: float = 2.0  # successes a group should expect: n = scale / p
+        min_group: int = 2  # smallest trained group (a group of one has no advantage)
+        max_group: int = 16  # largest group, however hard the task
+        trivial_p: float = 0.9  # tasks estimated above this success rate are dropped
+        unsolvable_p: float = 0.05  # tasks estimated below this success rate are subsampled
+        unsolvable_keep: float = 0.1  # chance an unsolvable task is kept in a pass
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            check_number("probe_samples", self.probe_samples, 1, integer=True)
+            check_number("scale", self.scale, 0, lo_open=True)
+            check_number("min_group", self.min_group, 2, integer=True)
+            check_number("max_group", self.max_group, self.min_group, integer=True)
+            check_number("trivial_p", self.trivial_p, 0, 1)
+            check_number("unsolvable_p", self.unsolvable_p, 0, self.trivial_p)
+            check_number("unsolvable_keep", self.unsolvable_keep, 0, 1)
+
+    def __init__(self, ctx: DataContext, args: Args = Args()) -> None:
+        super().__init__(ctx, args)
+        self.probe_samples, self.scale = args.probe_samples, args.scale
+        self.min_group, self.max_group = args.min_group, args.max_group
+        self.trivial_p, self.unsolvable_p = args.trivial_p, args.unsolvable_p
+        self.unsolvable_keep = args.unsolvable_keep
         self.queue: list[str] = []  # task ids left in this pass, easiest first
         self.passes = 0
 

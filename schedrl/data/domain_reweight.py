@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from schedrl.data.base import Batch, DataContext, PoolScheduler, ScoredGroup, check_number, largest_remainder
@@ -31,18 +32,21 @@ class DomainReweightScheduler(PoolScheduler):
 
     name = "domain_reweight"
 
-    def __init__(
-        self,
-        ctx: DataContext,
-        pool_size: int = 1024,
-        alpha: float = 0.3,
-        beta: float = 0.9,
-        eps: float = 0.05,
-    ) -> None:
-        super().__init__(ctx, pool_size)
-        self.alpha = check_number(self.name, "alpha", alpha, 0, 1)
-        self.beta = check_number(self.name, "beta", beta, 0, 1)
-        self.eps = check_number(self.name, "eps", eps, 0, lo_open=True)
+    @dataclass(frozen=True)
+    class Args(PoolScheduler.Args):
+        alpha: float = 0.3  # smoothing of the weight update (1: the new weights replace the old)
+        beta: float = 0.9  # decay of a domain's historical mean reward (EMA)
+        eps: float = 0.05  # floor added to 1 - r_d, so a solved domain keeps some weight
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            check_number("alpha", self.alpha, 0, 1)
+            check_number("beta", self.beta, 0, 1)
+            check_number("eps", self.eps, 0, lo_open=True)
+
+    def __init__(self, ctx: DataContext, args: Args = Args()) -> None:
+        super().__init__(ctx, args)
+        self.alpha, self.beta, self.eps = args.alpha, args.beta, args.eps
         self.reward: dict[str, float] = {}  # domain -> EMA of group mean reward (r_d)
         self.weights: dict[str, float] = {}  # domain -> w_d; empty until the pool is known
 

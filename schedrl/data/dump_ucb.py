@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from schedrl.data.base import Batch, DataContext, PoolScheduler, ScoredGroup, check_number
@@ -32,13 +33,21 @@ class UCBDomainScheduler(PoolScheduler):
 
     name = "dump_ucb"
 
-    def __init__(
-        self, ctx: DataContext, pool_size: int = 1024, window: int = 64, c: float = 0.2, tau: float = 0.1
-    ) -> None:
-        super().__init__(ctx, pool_size)
-        self.window = check_number(self.name, "window", window, 1, integer=True)
-        self.c = check_number(self.name, "c", c, 0)
-        self.tau = check_number(self.name, "tau", tau, 0, lo_open=True)
+    @dataclass(frozen=True)
+    class Args(PoolScheduler.Args):
+        window: int = 64  # W: a domain's score averages its last W groups
+        c: float = 0.2  # weight of the exploration bonus
+        tau: float = 0.1  # softmax temperature over the scores
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            check_number("window", self.window, 1, integer=True)
+            check_number("c", self.c, 0)
+            check_number("tau", self.tau, 0, lo_open=True)
+
+    def __init__(self, ctx: DataContext, args: Args = Args()) -> None:
+        super().__init__(ctx, args)
+        self.window, self.c, self.tau = args.window, args.c, args.tau
         self.recent: dict[str, list[float]] = {}  # domain -> mean |A| of its last `window` groups
         self.drawn: dict[str, int] = {}  # domain -> groups drawn (n_d)
 

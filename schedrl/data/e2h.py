@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass
 
 from schedrl.data.base import Batch, DataContext, PoolScheduler, check_number, largest_remainder
 from schedrl.envs import Task
+from schedrl.registry import check_arg
 
 
 def level_probs(x: float, k: int, sigma: float) -> list[float]:
@@ -38,16 +40,22 @@ class EasyToHardScheduler(PoolScheduler):
 
     name = "e2h"
 
-    def __init__(
-        self, ctx: DataContext, pool_size: int = 1024, sigma: float = 0.5, order: list[str] | None = None
-    ) -> None:
-        super().__init__(ctx, pool_size)
-        self.sigma = check_number(self.name, "sigma", sigma, 0, lo_open=True)
-        if order is not None and (not isinstance(order, list) or not all(isinstance(d, str) for d in order)):
-            raise ValueError(
-                f"data scheduler {self.name!r}: order must be a list of domain names, got {order!r}"
-            )
-        self.order = order
+    @dataclass(frozen=True)
+    class Args(PoolScheduler.Args):
+        sigma: float = 0.5  # width of each level's Gaussian over training progress
+        order: tuple[str, ...] | None = None  # domain names, easiest first, for tasks without a difficulty
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            check_number("sigma", self.sigma, 0, lo_open=True)
+            names = isinstance(self.order, list | tuple) and all(isinstance(d, str) for d in self.order)
+            check_arg(self.order is None or names, "order", self.order, "a list of domain names")
+            if isinstance(self.order, list):  # a frozen record holds a tuple
+                object.__setattr__(self, "order", tuple(self.order))
+
+    def __init__(self, ctx: DataContext, args: Args = Args()) -> None:
+        super().__init__(ctx, args)
+        self.sigma, self.order = args.sigma, args.order
         self._levels: list[list[Task]] | None = None
 
     @property

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from schedrl.data.base import Batch, DataContext, PoolScheduler, ScoredGroup, check_number
@@ -43,22 +44,26 @@ class PacedScheduler(PoolScheduler):
 
     name = "paced"
 
-    def __init__(
-        self,
-        ctx: DataContext,
-        pool_size: int = 1024,
-        tau: float = 0.5,
-        width: float = 0.2,
-        replay_frac: float = 0.25,
-        buffer_size: int = 256,
-        min_error: float = 0.2,
-    ) -> None:
-        super().__init__(ctx, pool_size)
-        self.tau = check_number(self.name, "tau", tau, 0, 1)
-        self.width = check_number(self.name, "width", width, 0, lo_open=True)
-        self.replay_frac = check_number(self.name, "replay_frac", replay_frac, 0, 1)
-        self.buffer_size = check_number(self.name, "buffer_size", buffer_size, 1, integer=True)
-        self.min_error = check_number(self.name, "min_error", min_error, 0, 1)
+    @dataclass(frozen=True)
+    class Args(PoolScheduler.Args):
+        tau: float = 0.5  # target accuracy: fresh prompts estimated near it are drawn most
+        width: float = 0.2  # width of the Gaussian priority around tau
+        replay_frac: float = 0.25  # share of each batch's prompts drawn from the replay buffer
+        buffer_size: int = 256  # most tasks the replay buffer holds (the largest errors stay)
+        min_error: float = 0.2  # a trained task enters the buffer when its estimate missed by this much
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            check_number("tau", self.tau, 0, 1)
+            check_number("width", self.width, 0, lo_open=True)
+            check_number("replay_frac", self.replay_frac, 0, 1)
+            check_number("buffer_size", self.buffer_size, 1, integer=True)
+            check_number("min_error", self.min_error, 0, 1)
+
+    def __init__(self, ctx: DataContext, args: Args = Args()) -> None:
+        super().__init__(ctx, args)
+        self.tau, self.width, self.replay_frac = args.tau, args.width, args.replay_frac
+        self.buffer_size, self.min_error = args.buffer_size, args.min_error
         self.buffer: dict[str, float] = {}  # task id -> accuracy-estimate error e_i
 
     def priority(self, p: float) -> float:

@@ -1,9 +1,13 @@
-"""Data-scheduler registry: ``make_scheduler("coba", ctx, candidates=64)`` builds one by name."""
+"""Data-scheduler registry: ``SCHEDULERS.build("coba", {"candidates": 64}, ctx)`` builds one by name.
+
+Each scheduler declares its arguments as a frozen dataclass ``Args`` (``uniform`` takes none);
+``SCHEDULERS.check(name, args)`` checks names and values without building anything, and a
+``pkg.module:Class`` name builds a user's scheduler without registering it.
+"""
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from schedrl.data.base import DataContext, DataScheduler
@@ -32,18 +36,12 @@ for _cls in (
     SCHEDULERS.add(_cls.name, _cls)
 
 
-def check_args(name: str, args: dict[str, Any]) -> None:
-    """``ValueError`` for an unknown scheduler name or argument name (values are checked when built)."""
-    params = [p for p in inspect.signature(SCHEDULERS.get(name)).parameters if p != "ctx"]
-    unknown = sorted(set(args) - set(params))
-    if unknown:
-        raise ValueError(
-            f"data scheduler {name!r}: unknown argument {unknown[0]!r}; "
-            f"valid arguments: {', '.join(params) or 'none'}"
-        )
+def check_args(name: str, args: Mapping[str, Any] | None) -> Any:
+    """The scheduler's checked ``Args`` (None when it takes none); ``ValueError`` naming the scheduler,
+    the argument and the value for an unknown name, an unknown argument or a bad value."""
+    return SCHEDULERS.check(name, args)
 
 
 def make_scheduler(name: str, ctx: DataContext, **args: Any) -> DataScheduler:
-    """Build the scheduler registered as ``name`` with its keyword arguments."""
-    check_args(name, args)
-    return SCHEDULERS.get(name)(ctx, **args)
+    """The scheduler registered as ``name`` (or at ``pkg.module:Class``), built with its arguments."""
+    return SCHEDULERS.build(name, args, ctx)

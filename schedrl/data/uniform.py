@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from schedrl.data.base import Batch, DataContext, ScoredGroup, check_batch, check_number
+from schedrl.data.base import Batch, DataContext, ScoredGroup, check_batch, check_budget
 from schedrl.seeding import derive_seed
 
 
@@ -28,7 +28,7 @@ class UniformScheduler:
 
     def next_batch(self, budget: int) -> Batch:
         g = self.ctx.group_size
-        check_number(self.name, "budget", budget, g, integer=True)
+        check_budget(self.name, budget, g)
         tasks = self.ctx.source.sample(
             "train", budget // g, derive_seed(self.ctx.seed, "data", self.position)
         )

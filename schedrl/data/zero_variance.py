@@ -18,10 +18,12 @@ arXiv:2503.14476, Sec. 3.2 (dynamic sampling).
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
 
 from schedrl.data.base import Batch, DataContext, EpochOrder, PoolScheduler, check_number
 from schedrl.envs import Task
+from schedrl.registry import check_arg
 
 
 class ZeroVarianceScheduler(PoolScheduler):
@@ -29,23 +31,22 @@ class ZeroVarianceScheduler(PoolScheduler):
 
     name = "zero_variance"
 
-    def __init__(
-        self,
-        ctx: DataContext,
-        pool_size: int = 1024,
-        acc_low: float = 0.0,
-        acc_high: float = 1.0,
-        retry_after: int = 50,
-    ) -> None:
-        super().__init__(ctx, pool_size)
-        check_number(self.name, "acc_low", acc_low, 0, 1)
-        check_number(self.name, "acc_high", acc_high, 0, 1)
-        if acc_low >= acc_high:
-            raise ValueError(
-                f"data scheduler {self.name!r}: acc_low ({acc_low}) must be < acc_high ({acc_high})"
-            )
-        self.acc_low, self.acc_high = acc_low, acc_high
-        self.retry_after = check_number(self.name, "retry_after", retry_after, 1, integer=True)
+    @dataclass(frozen=True)
+    class Args(PoolScheduler.Args):
+        acc_low: float = 0.0  # a task whose last group's accuracy is <= this is skipped
+        acc_high: float = 1.0  # ... and one whose last group's accuracy is >= this
+        retry_after: int = 50  # steps after its last observation a skipped task is eligible again
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            check_number("acc_low", self.acc_low, 0, 1)
+            check_number("acc_high", self.acc_high, 0, 1)
+            check_arg(self.acc_low < self.acc_high, "acc_high", self.acc_high, f"> acc_low ({self.acc_low})")
+            check_number("retry_after", self.retry_after, 1, integer=True)
+
+    def __init__(self, ctx: DataContext, args: Args = Args()) -> None:
+        super().__init__(ctx, args)
+        self.acc_low, self.acc_high, self.retry_after = args.acc_low, args.acc_high, args.retry_after
         self.order = EpochOrder()
         self.filtered = 0  # tasks skipped so far (for logging)
 

@@ -18,7 +18,7 @@ import torch
 from transformers import PreTrainedModel
 
 from schedrl.config import RunConfig, config_to_dict
-from schedrl.data import DataContext, DataScheduler, make_scheduler
+from schedrl.data import SCHEDULERS, DataContext, DataScheduler
 from schedrl.engine import Engine, EngineConfig, HFEngine
 from schedrl.envs import Environment, TaskSource, make_env, make_task
 from schedrl.envs.scoring import RewardScorer
@@ -26,9 +26,9 @@ from schedrl.models import build_char_tokenizer, build_tiny_model, default_devic
 from schedrl.models.loading import move_to
 from schedrl.models.tiny import TinyModelConfig
 from schedrl.rollout.episodes import EpisodeRunner
-from schedrl.rollout.registry import make_admission
+from schedrl.rollout.registry import ADMISSION
 from schedrl.rollout.step import StepRollout
-from schedrl.rollout.tool_wait import ToolWaitPolicy, make_tool_wait
+from schedrl.rollout.tool_wait import TOOL_WAITS, ToolWaitPolicy
 from schedrl.training.checkpoint import latest_checkpoint, load_checkpoint, set_rng_state
 from schedrl.training.learner import Learner
 from schedrl.training.run_dir import MetricsLogger, RunDir
@@ -51,7 +51,7 @@ def engine_config(cfg: RunConfig) -> EngineConfig:
 
 
 def make_tool_wait_policy(cfg: RunConfig) -> ToolWaitPolicy:
-    return make_tool_wait(cfg.task.tool_wait, **cfg.task.tool_wait_args)
+    return TOOL_WAITS.build(cfg.schedule.tool_wait, cfg.schedule.tool_wait_args)
 
 
 def make_engine(cfg: RunConfig, model: PreTrainedModel, tokenizer: Any, version: int = 0) -> Engine:
@@ -59,10 +59,10 @@ def make_engine(cfg: RunConfig, model: PreTrainedModel, tokenizer: Any, version:
     `priority` when the tool-wait policy orders returning trajectories: it only acts through priorities).
 
     `engine.backend: vllm` starts a `VLLMEngine` on `model`'s weights (saved for vLLM to load)."""
-    name = cfg.engine.admission
-    if name == "fcfs" and cfg.task.env != "single_turn" and getattr(make_tool_wait_policy(cfg), "by", None):
+    name = cfg.schedule.admission
+    if name == "fcfs" and cfg.task.env != "single_turn" and make_tool_wait_policy(cfg).orders_returns:
         name = "priority"
-    admission = make_admission(name, **cfg.engine.admission_args)
+    admission = ADMISSION.build(name, cfg.schedule.admission_args)
     if cfg.engine.backend == "vllm":
         from schedrl.engine.vllm_engine import VLLMEngine
 
@@ -182,9 +182,8 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False, source: TaskSource 
         options=dataclasses.asdict(cfg.logging),
         config=config_to_dict(cfg),
     )
-    data = make_scheduler(
-        cfg.data.scheduler, DataContext(source, cfg.seed, cfg.sampling.group_size, cfg.steps), **cfg.data.args
-    )
+    ctx = DataContext(source, cfg.seed, cfg.sampling.group_size, cfg.steps)
+    data = SCHEDULERS.build(cfg.schedule.data, cfg.schedule.data_args, ctx)
     if "data" in state:  # the scheduler's statistics at the checkpoint
         data.load_state_dict(state.pop("data"))
     rollout = StepRollout(cfg, engine, model, tokenizer, make_episodes(cfg, engine, tokenizer, source))

@@ -1,6 +1,7 @@
 """The engine workers of the asynchronous pipeline: where each request is, and what reaches them.
 
-The fleet sends each group whole to the engine holding the fewest requests, keeps two
+The fleet sends each group whole (each request, under `schedule.divide_groups`) to the engine
+holding the fewest requests, keeps two
 `run` calls queued on every busy engine (so an engine starts its next chunk while the
 loop handles the last one's samples), cuts every request (abort, prefix kept), pushes
 weights to every engine, and replaces an engine that died. It decides nothing about
@@ -54,6 +55,9 @@ class EngineFleet:
         self.weights, self.version = weights, version  # the weights the engines hold (or will, once pushed)
         self.staged: tuple[Any, int] | None = None  # weights waiting to be pushed (see `stage`)
         self.restarts = 0
+        self.divide = bool(
+            cfg["schedule"]["divide_groups"]
+        )  # each request on its own: Seer's divided rollout
         self.in_engine: dict[str, tuple[str, int]] = {}  # request id -> (group id, engine index)
         self.engines = [backend.start_engine(cfg, weights, version, i) for i in range(num_engines)]
         self.futures: list[list] = [[] for _ in self.engines]  # each engine's outstanding `run` calls
@@ -70,7 +74,8 @@ class EngineFleet:
         (task id -> Task) go along for engines that run multi-turn episodes."""
         load = Counter(e for _, e in self.in_engine.values())
         per_engine: dict[int, list[Request]] = {}
-        for _, members in by_group(requests):
+        units = [[r] for r in requests] if self.divide else [members for _, members in by_group(requests)]
+        for members in units:
             i = min(range(len(self.engines)), key=lambda e: (load[e], e))
             load[i] += len(members)
             per_engine.setdefault(i, []).extend(members)

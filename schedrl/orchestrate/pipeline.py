@@ -21,7 +21,7 @@ import logging
 import time
 from typing import Any
 
-from schedrl.config import PipelineConfig, config_to_dict
+from schedrl.config import config_to_dict
 from schedrl.data import scored_groups
 from schedrl.distributed import WorkerDiedError, WorkerStuckError, make_backend, stuck_message, wait_built
 from schedrl.distributed.backend import worker_name
@@ -29,12 +29,11 @@ from schedrl.distributed.workers import cpu_weights
 from schedrl.orchestrate.after_update import StepCallback, after_update, pauses_after
 from schedrl.orchestrate.buffer import Group
 from schedrl.orchestrate.build import Components, sampling_params
-from schedrl.orchestrate.consumption import CONSUMPTION
 from schedrl.orchestrate.fleet import EngineFleet, by_group
-from schedrl.orchestrate.staleness import AutoStaleness, StalenessBound, expected_update, may_admit
+from schedrl.orchestrate.schedule import make_bound, make_consumption, make_weight_sync
+from schedrl.orchestrate.staleness import expected_update, may_admit
 from schedrl.orchestrate.step_metrics import timing_metrics
 from schedrl.orchestrate.update_batch import UpdateBatch
-from schedrl.orchestrate.weight_sync import WEIGHT_SYNC
 from schedrl.rollout import group_requests
 from schedrl.timeline import TIMELINE_FILE, append_spans
 from schedrl.training.checkpoint import latest_checkpoint
@@ -44,25 +43,18 @@ log = logging.getLogger(__name__)
 UPDATES_QUEUED = 2  # updates sent to the learner ahead of their turn (one running, one waiting)
 
 
-def make_bound(p: PipelineConfig) -> StalenessBound:
-    if p.max_staleness == "auto":
-        return AutoStaleness(
-            k=p.staleness_min, k_min=p.staleness_min, k_max=p.staleness_max, low=p.auto_low, high=p.auto_high
-        )
-    return StalenessBound(p.max_staleness)
-
-
 class Pipeline:
     """The asynchronous pipeline's books: the group buffer, the sample ledger, versions and the updates
     in flight. It admits, consumes and syncs weights through its policies; `run` drives it to the end."""
 
     def __init__(self, c: Components, backend: Any, on_step: StepCallback | None = None) -> None:
         self.c, self.cfg, self.p = c, c.cfg, c.cfg.pipeline
+        self.schedule = c.cfg.schedule
         self.backend, self.on_step = backend, on_step
         self.budget = self.cfg.sampling.prompts_per_step * self.cfg.sampling.group_size  # samples per update
-        self.consumption = CONSUMPTION.get(self.p.consumption)(self.budget, self.p.overprovision)
-        self.weight_sync = WEIGHT_SYNC.get(self.p.weight_sync)()
-        self.bound = make_bound(self.p)
+        self.consumption = make_consumption(self.schedule, self.budget)
+        self.weight_sync = make_weight_sync(self.schedule)
+        self.bound = make_bound(self.schedule)
         self.version = self.started = c.start_step or 0  # updates finished / sent to the learner
         self.groups: dict[str, Group] = {}  # unconsumed groups, in issue order
         self.next_wave = 0  # data-scheduler batches drawn so far; wave w's requests derive from (seed, w)
@@ -182,7 +174,7 @@ class Pipeline:
         """Drop every sample of a complete group too stale for `update`, and groups left with fewer than two."""
         for g in [g for g in self.groups.values() if g.admitted and g.complete]:
             for i, smp in list(g.done.items()):
-                if self.bound.trainable(update, smp.versions, self.p.stale, smp.trained) is None:
+                if self.bound.trainable(update, smp.versions, self.schedule.stale, smp.trained) is None:
                     del g.done[i]
                     g.dropped.append(i)
                     self.dropped.append(smp.request_id)
@@ -219,7 +211,7 @@ class Pipeline:
         self.fleet.abort(
             [r.id for g in [*groups, *dropped] for r in g.requests if r.id in self.fleet.in_engine]
         )
-        batch = UpdateBatch.of(groups, self.started, self.bound, self.p.stale, self.cfg.algo)
+        batch = UpdateBatch.of(groups, self.started, self.bound, self.schedule.stale, self.cfg.algo)
         self.c.data.observe(scored_groups([g.task for g in groups], batch.samples, batch.rewards, batch.adv))
         payload = batch.payload(self.bound.k)
         self.learner_futures.append(

@@ -22,6 +22,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from schedrl.registry import check_arg
+
 
 def expected_update(started: int, groups_ahead: int, groups_per_step: int) -> int:
     """Index of the update that will consume a group admitted now, behind `groups_ahead` others."""
@@ -110,6 +112,27 @@ class AutoStaleness(StalenessBound):
     patience: int = 2
     mismatch: float | None = None
     since_change: int = 0
+
+    @dataclass(frozen=True)
+    class Args:
+        """`schedule.staleness_args` of `max_staleness: auto`."""
+
+        k_min: int = 0  # lower bound of k, where it starts
+        k_max: int = 4  # upper bound of k
+        low: float = 0.002  # grow k while the behaviour-vs-learner KL stays below this
+        high: float = 0.01  # shrink k when the KL goes above this
+        ema: float = 0.5  # weight of the old average in the mismatch's moving average
+        patience: int = 2  # updates between two increases of k
+
+        def __post_init__(self) -> None:
+            check_arg(0 <= self.k_min <= self.k_max, "k_min", self.k_min, f"in [0, k_max={self.k_max}]")
+            check_arg(0 <= self.low < self.high, "low", self.low, f"in [0, high={self.high})")
+            check_arg(0 <= self.ema < 1, "ema", self.ema, "in [0, 1)")
+            check_arg(self.patience >= 0, "patience", self.patience, ">= 0")
+
+    @classmethod
+    def of(cls, args: AutoStaleness.Args) -> AutoStaleness:
+        return cls(k=args.k_min, **vars(args))
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -3,7 +3,7 @@
 Ordering (FCFS / longest- / shortest-predicted-first with a starvation guard), length
 predictors (sibling, history, learned ranker), divided rollout, online pruning,
 speculative prefix reuse and memory-aware admission; the admission policies plug into
-the engine by name (`engine.admission`, see `registry.py`).
+the engine by name (`schedule.admission`, see `registry.py`).
 """
 
 from schedrl.rollout.divided import divide, whole_groups

@@ -9,6 +9,9 @@ while places and prefill budget remain, as the simulated engine does between two
 Predictions come from a length predictor (the sibling predictor, as LPT uses, by default); the
 predicted remainder of a running request is its prediction minus what it has generated, at least 1.
 
+`LearnedAdmission` takes a predictor object; `schedule.admission: learned` builds `Learned`, whose `Args`
+name the checkpoint and the predictor (checking them loads nothing; the constructor loads the checkpoint).
+
 Each choice is one forward of the network's logits, traced with `torch.jit.trace` (about 0.15 ms for
 2 layers of width 64 over 20 requests on one CPU thread, against 0.35 ms eager and 1 ms through
 `act`), on the engine's critical path: `seconds` sums the time spent choosing.
@@ -19,15 +22,17 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
 import torch
 
-from schedrl.classic.attention import EntityAttentionPolicy, load_entity_policy
+from schedrl.entity_attention import EntityAttentionPolicy, load_entity_policy
 from schedrl.envs.scheduling.admission_env import FEATURES, admission_features
+from schedrl.registry import check_arg
 from schedrl.rollout.observe import RunningState
-from schedrl.rollout.predictors import LengthPredictor, SiblingPredictor
+from schedrl.rollout.predictors import LengthPredictor, PredictorArgs, SiblingPredictor
 from schedrl.types import Request
 
 
@@ -98,6 +103,28 @@ class LearnedAdmission:
             left.append(max(1.0, pred[i]))
             self.state.admit(waiting[i])
         return chosen
+
+
+class Learned(LearnedAdmission):
+    """a PPO policy trained on schedrl/Admission-v0, loaded from its checkpoint"""
+
+    @dataclass(frozen=True, kw_only=True)
+    class Args(PredictorArgs):
+        checkpoint: str  # a policy file or a classic run directory (required; loaded when built)
+        max_waiting: int = 64  # waiting requests the policy sees, the first in arrival order
+
+        def __post_init__(self) -> None:
+            check_arg(
+                Path(self.checkpoint).exists(),
+                "checkpoint",
+                self.checkpoint,
+                "an existing policy file or classic run directory",
+            )
+            check_arg(self.max_waiting > 0, "max_waiting", self.max_waiting, "> 0")
+            super().__post_init__()
+
+    def __init__(self, args: Args) -> None:
+        super().__init__(args.checkpoint, args.make_predictor(), max_waiting=args.max_waiting)
 
 
 class _Logits(torch.nn.Module):

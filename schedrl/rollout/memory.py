@@ -26,8 +26,10 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from schedrl.engine.admission import take_in_order
+from schedrl.registry import check_arg
 from schedrl.rollout.observe import Listener, RunningState
 from schedrl.types import Request, Sample
 
@@ -46,10 +48,6 @@ class LengthHistory(Listener):
     """Recent realised output lengths, kept sorted for quantile queries."""
 
     def __init__(self, window: int = 2048, quantile: float = 0.99) -> None:
-        if not 0 < quantile <= 1:
-            raise ValueError(f"past_future admission: quantile must be in (0, 1], got {quantile!r}")
-        if window <= 0:
-            raise ValueError(f"past_future admission: window must be > 0, got {window!r}")
         self.quantile = quantile
         self._fifo: deque[int] = deque()
         self._sorted: list[int] = []
@@ -78,11 +76,20 @@ class LengthHistory(Listener):
 class PastFutureAdmission:
     """FCFS, gated by the predicted peak KV memory of the running batch."""
 
-    def __init__(self, kv_budget_tokens: int, quantile: float = 0.99, window: int = 2048) -> None:
-        if kv_budget_tokens <= 0:
-            raise ValueError(f"past_future admission: kv_budget_tokens must be > 0, got {kv_budget_tokens!r}")
-        self.budget = kv_budget_tokens
-        self.history = LengthHistory(window, quantile)
+    @dataclass(frozen=True)
+    class Args:
+        kv_budget_tokens: int  # the modelled paged KV memory, in tokens (required)
+        quantile: float = 0.99  # of the recent lengths above a request's progress: its predicted length
+        window: int = 2048  # recent realised output lengths the quantile is taken over
+
+        def __post_init__(self) -> None:
+            check_arg(self.kv_budget_tokens > 0, "kv_budget_tokens", self.kv_budget_tokens, "> 0")
+            check_arg(0 < self.quantile <= 1, "quantile", self.quantile, "in (0, 1]")
+            check_arg(self.window > 0, "window", self.window, "> 0")
+
+    def __init__(self, args: Args) -> None:
+        self.budget = args.kv_budget_tokens
+        self.history = LengthHistory(args.window, args.quantile)
         self.state = RunningState([self.history])
         self.peak_seen = 0  # largest real KV use observed at an admission round
 

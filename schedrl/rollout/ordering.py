@@ -10,6 +10,10 @@ Starvation guard (all orders): a request that has waited through `max_wait_steps
 admission rounds goes to the front, oldest first, so a steady stream of better-ranked
 requests cannot hold it back forever.
 
+`LengthOrdered` takes a predictor object (a simulator's or a benchmark's own); the named policies
+(`lpt`, `spt`, `fcfs_guarded`: `LongestFirst`, `ShortestFirst`, `GuardedFCFS`) build theirs from
+their `Args`.
+
 References: Graham (1969), "Bounds on multiprocessing timing anomalies" (LPT);
 Seer (Qin et al., 2025) for longest-first with sibling-length prediction in RL rollouts.
 """
@@ -17,10 +21,13 @@ Seer (Qin et al., 2025) for longest-first with sibling-length prediction in RL r
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 from schedrl.engine.admission import take_in_order
+from schedrl.registry import check_arg
 from schedrl.rollout.observe import RunningState
-from schedrl.rollout.predictors import LengthPredictor, SiblingPredictor
+from schedrl.rollout.predictors import LengthPredictor, PredictorArgs, SiblingPredictor
 from schedrl.types import Request
 
 ORDERS = ("fcfs", "lpt", "spt")
@@ -85,3 +92,38 @@ class LengthOrdered:
             self._rounds.pop(req.id, None)
             self.state.admit(req)
         return chosen
+
+
+class PredictedOrder(LengthOrdered):
+    """`LengthOrdered` in the order `ORDER`, with the predictor its `Args` name (a named policy)."""
+
+    ORDER: ClassVar[str] = "lpt"
+
+    @dataclass(frozen=True, kw_only=True)
+    class Args(PredictorArgs):
+        max_wait_steps: int = 1024  # admission rounds a request waits before it goes first (the guard)
+
+        def __post_init__(self) -> None:
+            check_arg(self.max_wait_steps > 0, "max_wait_steps", self.max_wait_steps, "> 0")
+            super().__post_init__()
+
+    def __init__(self, args: Args = Args()) -> None:
+        super().__init__(self.ORDER, args.make_predictor(), args.max_wait_steps)
+
+
+class LongestFirst(PredictedOrder):
+    """longest predicted output first (LPT: the step's makespan), with a starvation guard"""
+
+    ORDER = "lpt"
+
+
+class ShortestFirst(PredictedOrder):
+    """shortest predicted output first (SPT: the mean latency), with a starvation guard"""
+
+    ORDER = "spt"
+
+
+class GuardedFCFS(PredictedOrder):
+    """first come, first served through the length-ordered machinery (a baseline for lpt and spt)"""
+
+    ORDER = "fcfs"

@@ -4,7 +4,8 @@ A predictor answers `predict(request)` with a score that grows with the expected
 number of output tokens (the sibling and history predictors return tokens; the learned
 ranker returns an ordinal score), and learns online from the engine through the
 `Listener` hooks. `probes(waiting)` names requests to run first to learn lengths
-(Seer's probe samples); most predictors have none.
+(Seer's probe samples); most predictors have none. Configs name them through `PREDICTORS`
+(`predictor` and `predictor_args` of the length-aware admission policies, checked by `PredictorArgs`).
 
 References: Seer (Qin et al., 2025, "Seer: Online Context Learning for Fast Synchronous
 LLM Reinforcement Learning") for sibling prediction and probes.
@@ -15,7 +16,10 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict, deque
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
+from schedrl.registry import Registry, check_arg
 from schedrl.rollout.observe import Listener
 from schedrl.types import Request, Sample
 
@@ -25,11 +29,18 @@ class LengthPredictor(Listener):
 
     name = "base"
 
-    def __init__(self, default: float = 16.0, window: int = 4096) -> None:
-        if default < 0:
-            raise ValueError(f"length predictor: default must be >= 0, got {default!r}")
-        self.default = default
-        self._recent: deque[int] = deque(maxlen=window)  # realised lengths of finished samples
+    @dataclass(frozen=True)
+    class Args:
+        default: float = 16.0  # the prior, in tokens, until a sample has finished
+        window: int = 4096  # finished samples the prior (the mean realised length) covers
+
+        def __post_init__(self) -> None:
+            check_arg(self.default >= 0, "default", self.default, ">= 0")
+            check_arg(self.window > 0, "window", self.window, "> 0")
+
+    def __init__(self, args: Args = Args()) -> None:
+        self.default = args.default
+        self._recent: deque[int] = deque(maxlen=args.window)  # realised lengths of finished samples
 
     def prior(self) -> float:
         return sum(self._recent) / len(self._recent) if self._recent else self.default
@@ -49,6 +60,32 @@ class LengthPredictor(Listener):
             self._recent.append(sample.num_tokens)
 
 
+PREDICTORS: Registry[type[LengthPredictor]] = Registry("length predictor")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PredictorArgs:
+    """The arguments of a policy that orders by a length predictor: which one, and its own arguments
+    (checked by its `Args` here, so a config with a bad predictor argument fails when it is checked)."""
+
+    predictor: str = "sibling"  # the length predictor: a name in PREDICTORS, or pkg.module:Class
+    predictor_args: dict[str, Any] = field(default_factory=dict)  # its arguments (its Args)
+
+    def __post_init__(self) -> None:
+        try:
+            PREDICTORS.get(self.predictor)
+        except ValueError as err:
+            raise ValueError(f"argument 'predictor': {err}") from None
+        try:
+            PREDICTORS.check(self.predictor, self.predictor_args)
+        except ValueError as err:
+            raise ValueError(f"argument 'predictor_args': {err}") from None
+
+    def make_predictor(self) -> LengthPredictor:
+        """A new predictor, as these arguments name it."""
+        return PREDICTORS.build(self.predictor, self.predictor_args)
+
+
 class SiblingPredictor(LengthPredictor):
     """Seer: a group's samples share a prompt, so one sample's length places the rest.
 
@@ -63,9 +100,17 @@ class SiblingPredictor(LengthPredictor):
 
     name = "sibling"
 
-    def __init__(self, default: float = 16.0, window: int = 4096, max_groups: int = 65536) -> None:
-        super().__init__(default, window)
-        self.max_groups = max_groups
+    @dataclass(frozen=True)
+    class Args(LengthPredictor.Args):
+        max_groups: int = 65536  # groups remembered; the oldest started is forgotten past it
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            check_arg(self.max_groups > 0, "max_groups", self.max_groups, "> 0")
+
+    def __init__(self, args: Args = Args()) -> None:
+        super().__init__(args)
+        self.max_groups = args.max_groups
         self._started: dict[str, None] = {}  # groups with an admitted member, oldest first
         self._finished: dict[str, int] = {}  # group -> longest finished output
         self._running: dict[str, dict[str, int]] = defaultdict(dict)  # group -> {request id: tokens so far}
@@ -147,9 +192,17 @@ class HistoryPredictor(LengthPredictor):
 
     name = "history"
 
-    def __init__(self, default: float = 16.0, window: int = 4096, per_task: int = 32) -> None:
-        super().__init__(default, window)
-        self.per_task = per_task
+    @dataclass(frozen=True)
+    class Args(LengthPredictor.Args):
+        per_task: int = 32  # latest realised lengths kept per task (its prediction is their mean)
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            check_arg(self.per_task > 0, "per_task", self.per_task, "> 0")
+
+    def __init__(self, args: Args = Args()) -> None:
+        super().__init__(args)
+        self.per_task = args.per_task
         self._lengths: dict[str, deque[int]] = {}
 
     def share_key(self, request: Request) -> object:
@@ -163,3 +216,8 @@ class HistoryPredictor(LengthPredictor):
         super().on_finish(sample)
         if sample.finish_reason != "aborted" and sample.task_id is not None:
             self._lengths.setdefault(sample.task_id, deque(maxlen=self.per_task)).append(sample.num_tokens)
+
+
+# registered with `add`, not the decorator, so the names keep their class types
+PREDICTORS.add("sibling", SiblingPredictor)
+PREDICTORS.add("history", HistoryPredictor)

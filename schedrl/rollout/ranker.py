@@ -17,10 +17,12 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
-from schedrl.rollout.predictors import LengthPredictor
+from schedrl.registry import check_arg
+from schedrl.rollout.predictors import PREDICTORS, LengthPredictor
 from schedrl.types import Request, Sample
 
 
@@ -48,41 +50,37 @@ class RankerPredictor(LengthPredictor):
 
     name = "ranker"
 
-    def __init__(
-        self,
-        default: float = 16.0,
-        window: int = 4096,
-        dim: int = 64,
-        hidden: int = 32,
-        lr: float = 1e-2,
-        batch: int = 128,
-        update_every: int = 64,
-        steps_per_update: int = 8,
-        seed: int = 0,
-    ) -> None:
-        super().__init__(default, window)
-        for name, value in (
-            ("dim", dim),
-            ("hidden", hidden),
-            ("batch", batch),
-            ("update_every", update_every),
-        ):
-            if value <= 0:
-                raise ValueError(f"ranker predictor: {name} must be > 0, got {value!r}")
-        if lr <= 0:
-            raise ValueError(f"ranker predictor: lr must be > 0, got {lr!r}")
-        self.dim, self.batch = dim, batch
-        self.update_every, self.steps_per_update = update_every, steps_per_update
-        self._gen = gen = torch.Generator().manual_seed(seed)
+    @dataclass(frozen=True)
+    class Args(LengthPredictor.Args):
+        dim: int = 64  # hashed token-count features of a prompt (two more: its length)
+        hidden: int = 32  # width of the MLP's hidden layer
+        lr: float = 1e-2  # Adam's learning rate
+        batch: int = 128  # samples per Adam step (the loss covers every pair among them)
+        update_every: int = 64  # finished samples between two training rounds
+        steps_per_update: int = 8  # Adam steps per training round
+        seed: int = 0  # the weights' initialisation and the minibatch draws
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            for name in ("dim", "hidden", "batch", "update_every"):
+                check_arg(getattr(self, name) > 0, name, getattr(self, name), "> 0")
+            check_arg(self.lr > 0, "lr", self.lr, "> 0")
+            check_arg(self.steps_per_update >= 0, "steps_per_update", self.steps_per_update, ">= 0")
+
+    def __init__(self, args: Args = Args()) -> None:
+        super().__init__(args)
+        self.dim, self.batch = args.dim, args.batch
+        self.update_every, self.steps_per_update = args.update_every, args.steps_per_update
+        self._gen = gen = torch.Generator().manual_seed(args.seed)
         self.net = torch.nn.Sequential(
-            torch.nn.Linear(dim + 2, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1)
+            torch.nn.Linear(args.dim + 2, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, 1)
         )
         with torch.no_grad():
             for p in self.net.parameters():
                 p.copy_(torch.randn(p.shape, generator=gen) * (1.0 / math.sqrt(p.shape[-1])))
-        self.opt = torch.optim.Adam(self.net.parameters(), lr=lr)
-        self._x: deque[torch.Tensor] = deque(maxlen=window)
-        self._y: deque[int] = deque(maxlen=window)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=args.lr)
+        self._x: deque[torch.Tensor] = deque(maxlen=args.window)
+        self._y: deque[int] = deque(maxlen=args.window)
         self._since_update = 0
         self._cache: dict[tuple[int, ...], float] = {}  # prompt -> score under the current weights
         self.losses: list[float] = []
@@ -136,3 +134,6 @@ class RankerPredictor(LengthPredictor):
         if self._since_update >= self.update_every:
             self._since_update = 0
             self._update()
+
+
+PREDICTORS.add("ranker", RankerPredictor)

@@ -1,14 +1,13 @@
 """One synchronous step's rollout, with the rollout features the config switches on.
 
 `StepRollout.run(requests, score)` returns every request's scored sample, in request
-order, and the step's rollout metrics. Plain, it is `engine.generate`. With
-`rollout.speculative`, each request whose (task, sample index) was rolled out before
-takes that sample as a draft and is verified by one forward of the current policy
-(`speculative.verify_drafts`); what verification does not finish runs on the engine
-from its accepted prefix. With `rollout.prune_keep`, groups are over-provisioned to
-`sampling.group_size` and each is pruned online to `prune_keep` members
-(`pruning.pruned_rollout`); pruned samples are dropped from the loss or kept
-(`rollout.prune_mode`).
+order, and the step's rollout metrics, in the schedule's rollout mode (`schedule.rollout`,
+`schedrl.rollout.modes`). Plain, it is `engine.generate`. Speculative: each request whose (task,
+sample index) was rolled out before takes that sample as a draft and is verified by one forward of
+the current policy (`speculative.verify_drafts`); what verification does not finish runs on the
+engine from its accepted prefix. Pruning: groups are over-provisioned to `sampling.group_size` and
+each is pruned online to `keep` members (`pruning.pruned_rollout`); pruned samples are dropped from
+the loss or kept (its `mode`).
 
 Speculative verification needs the draft policy's whole distribution at a rejected
 position, so the weights that sampled each draft are kept for `draft_versions` steps;
@@ -26,6 +25,7 @@ import torch
 
 from schedrl.envs.base import Task
 from schedrl.rollout.episodes import EpisodeRunner
+from schedrl.rollout.modes import ROLLOUT_MODES, Pruning, Speculative
 from schedrl.rollout.pruning import PruneConfig, SuccessHead, pruned_rollout, training_samples
 from schedrl.rollout.speculative import DraftStore, SpecStats, verify_drafts
 from schedrl.seeding import derive_seed
@@ -51,21 +51,18 @@ class StepRollout:
         episodes: EpisodeRunner | None = None,
     ) -> None:
         """`episodes`: run each request as a multi-turn episode (a task with tools or another environment)."""
-        self.r, self.seed = cfg.rollout, cfg.seed
+        self.seed = cfg.seed
+        mode = ROLLOUT_MODES.build(cfg.schedule.rollout, cfg.schedule.rollout_args)
         self.episodes = episodes
         self.engine, self.model, self.tokenizer = engine, model, tokenizer
-        self.drafts = DraftStore() if self.r.speculative else None
+        speculative = isinstance(mode, Speculative)
+        self.draft_versions = mode.args.draft_versions if isinstance(mode, Speculative) else 0
+        self.drafts = DraftStore() if speculative else None
         self.draft_weights: dict[
             int, dict[str, torch.Tensor]
         ] = {}  # version -> the weights that sampled at it
-        self.draft_model = copy.deepcopy(model).eval().requires_grad_(False) if self.r.speculative else None
-        self.prune = (
-            PruneConfig(
-                self.r.prune_keep, self.r.prune_success_frac, self.r.prune_check_tokens, self.r.prune_mode
-            )
-            if self.r.prune_keep
-            else None
-        )
+        self.draft_model = copy.deepcopy(model).eval().requires_grad_(False) if speculative else None
+        self.prune = PruneConfig(**vars(mode.args)) if isinstance(mode, Pruning) else None
         self.head = SuccessHead()  # the pruner's success predictor (trained only when pruning)
 
     def run(
@@ -85,9 +82,9 @@ class StepRollout:
             samples = self.engine.generate(requests)
             return _scored(samples, score), {}
         version = self.engine.version
-        for v in [v for v in self.draft_weights if v < version - self.r.draft_versions]:
+        for v in [v for v in self.draft_weights if v < version - self.draft_versions]:
             del self.draft_weights[v]  # drafts of version v are not used from here on
-        self.drafts.drop_before(version - self.r.draft_versions)
+        self.drafts.drop_before(version - self.draft_versions)
         samples, stats = self._speculative(requests, version)
         self.drafts.put(samples)
         self.draft_weights[version] = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
@@ -126,7 +123,7 @@ class StepRollout:
     def _speculative(self, requests: Sequence[Request], version: int) -> tuple[list[Sample], SpecStats]:
         """Verify every usable draft, grouped by the version that sampled it; run the rest on the engine."""
         if self.drafts is None or self.draft_model is None:
-            raise ValueError("speculative rollout needs rollout.speculative: true")
+            raise ValueError("speculative rollout needs schedule.rollout: speculative")
         out: list[Sample | Request] = list(requests)
         by_version: dict[int, list[int]] = {}
         for i, req in enumerate(requests):

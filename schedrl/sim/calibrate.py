@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from schedrl.config import migrate_saved
 from schedrl.sim.lengths import LengthDist
 from schedrl.timeline import TIMELINE_FILE, read_spans
 from schedrl.training.run_dir import read_metrics
@@ -78,6 +79,8 @@ def read_run(
         if not (root / name).is_file():
             raise ValueError(f"run {str(root)!r} has no {name}: calibration needs a schedrl run directory")
     cfg = yaml.safe_load((root / "config.yaml").read_text())
+    if isinstance(cfg, dict) and "task" in cfg:
+        cfg = migrate_saved(cfg)  # a run saved before the schedule had a section of its own
     if "task" not in cfg or "pipeline" not in cfg:
         raise ValueError(f"run {str(root)!r}: config.yaml is not a language-model run's (no task/pipeline)")
     rows = [r for r in read_metrics(root / "metrics.jsonl") if "gen_tokens" in r]
@@ -93,20 +96,14 @@ def read_run(
 
 def schedule_of(cfg: dict) -> tuple[dict, dict]:
     """(schedule section, cluster section) of a run's pipeline config."""
-    p = cfg["pipeline"]
+    p, sch = cfg["pipeline"], cfg.get("schedule", {})
     if p["mode"] == "sync":
-        return {"mode": "sync"}, {"gpus": 1, "placement": "colocated"}
-    k = p["max_staleness"]
+        return {}, {"gpus": 1, "placement": "colocated"}
+    k = sch.get("max_staleness", 0)
     if k == "auto":
-        k = p.get("staleness_max", 4)
-    schedule = {
-        "mode": "async",
-        "max_staleness": int(k),
-        "consumption": p["consumption"],
-        "overprovision": float(p["overprovision"]),
-        "weight_sync": p["weight_sync"],
-        "stale": p["stale"],
-    }
+        k = sch.get("staleness_args", {}).get("k_max", 4)
+    schedule = {"max_staleness": int(k)}
+    schedule |= {f: sch[f] for f in ("consumption", "consumption_args", "weight_sync", "stale") if f in sch}
     engines = int(p["num_engines"])
     return schedule, {"gpus": engines + 1, "placement": "disaggregated", "rollout_gpus": engines}
 

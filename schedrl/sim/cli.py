@@ -3,7 +3,6 @@ fractions, and compare them with the figures it records under `measured:` (publi
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import statistics
 import time
@@ -21,6 +20,7 @@ from schedrl.sim.scenario import (
     variant_sources,
     variants_from_dict,
 )
+from schedrl.sim.search import schedule_text
 from schedrl.timeline import TIMELINE_FILE, append_spans
 
 GANTT_ENGINES = 16  # engines drawn in the timeline (all of them count in the fractions)
@@ -119,18 +119,15 @@ def run_search(args, console) -> int:
         raise ValueError(f"--variant {name!r}: {args.scenario} has the variants {', '.join(sources)}")
     base, sets = sources[name]
     start = scenario_from_dict(base, [*sets, *args.overrides], where=f"{args.scenario} (variant {name!r})")
-    bound = args.bound if args.bound is not None else start.schedule.running.k_bound
+    bound = args.bound if args.bound is not None else start.schedule.k_bound
 
     # the published policies: the file's variants on the same cluster and workload (a tool-wait policy
     # is a schedule), within the bound
-    def workload(s):
-        return dataclasses.replace(s.workload, tool_wait="release", tool_wait_args={})
-
     published = []
     for other, (b, o_sets) in sources.items():
         s = scenario_from_dict(b, [*o_sets, *args.overrides], where=f"{args.scenario} (variant {other!r})")
-        same = s.cluster.gpus == start.cluster.gpus and workload(s) == workload(start)
-        if same and s.schedule.running.k_bound <= bound:
+        same = s.cluster.gpus == start.cluster.gpus and s.workload == start.workload
+        if same and s.schedule.k_bound <= bound:
             published.append((other, s, simulate(s)))
     ref_name, ref_s, ref = max(published, key=lambda p: p[2].steps_per_s)
     with Progress(console=console, transient=True, disable=args.json) as bar:
@@ -241,13 +238,9 @@ def run_simulate(args, console) -> int:
     lines = [str(label), head]
     for (r, sm), s in zip(results, scenarios, strict=True):
         sch, c = s.schedule, s.cluster
-        schedule = (
-            "sync" if sch.mode == "sync" else f"k={sch.max_staleness} {sch.weight_sync}/{sch.consumption}"
-        )
-        if sch.consumption == "tail":
-            schedule += f" tail x{sch.overprovision:g}"
+        schedule = schedule_text(sch)
         if s.workload.turns > 1:
-            schedule += f" {s.workload.tool_wait}"
+            schedule += f" {sch.tool_wait}"
         schedule += f" {sch.admission}"
         gpus = f"{c.gpus}" if c.placement == "colocated" else f"{c.rollout_gpus}:{c.gpus - c.rollout_gpus}"
         m = sm["measured"]

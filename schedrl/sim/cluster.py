@@ -6,8 +6,9 @@ staleness rule `may_admit` lets it (the consumption policy says where it stands)
 engine holding the fewest requests; an update starts when the consumption policy hands it a batch
 (stale samples purged by `StalenessBound.trainable`) and the learner is free; its weights reach the
 engines as the weight-sync policy says (`drain`, `inflight`, `cut_resume`, the registered ones,
-through a fleet with the real fleet's `stage` / `flush` / `push` / `cut`). Sync mode is the same loop
-at k = 0 with `drain` and `wave`: the synchronous loop, as in the real pipeline.
+through a fleet with the real fleet's `stage` / `flush` / `push` / `cut`). The schedule is a training
+run's own record (`schedrl.config.Schedule`); its defaults (k = 0, `drain`, `wave`) are the synchronous
+loop, as in the real pipeline.
 
 Events come from a heap: each engine's next finish (invalidated when the engine changes) and the
 learner's next update. A weight sync pauses an engine for `SyncCost.sync_s`; colocated placement adds
@@ -25,12 +26,11 @@ from typing import Any
 import numpy as np
 
 from schedrl.engine.admission import FCFS
-from schedrl.orchestrate.consumption import CONSUMPTION
-from schedrl.orchestrate.staleness import AutoStaleness, StalenessBound, expected_update, may_admit
-from schedrl.orchestrate.weight_sync import WEIGHT_SYNC
+from schedrl.orchestrate.schedule import make_bound, make_consumption, make_weight_sync
+from schedrl.orchestrate.staleness import expected_update, may_admit
 from schedrl.rollout.ordering import LengthOrdered
 from schedrl.rollout.predictors import LengthPredictor
-from schedrl.rollout.tool_wait import Back, Turn, make_tool_wait
+from schedrl.rollout.tool_wait import TOOL_WAITS, Back, Turn
 from schedrl.sim.engine import Job, SimEngine
 from schedrl.sim.scenario import Scenario
 from schedrl.timeline import Span
@@ -168,8 +168,7 @@ class SimResult:
 class ClusterSim:
     def __init__(self, s: Scenario) -> None:
         self.s = s
-        sch = s.schedule.running
-        sync_policy, consumption = sch.weight_sync, sch.consumption
+        sch = s.schedule
         self.rng = np.random.default_rng(s.seed)
         cost = s.engine_cost()
         budget, parks = s.engine.max_batched_tokens or (1 << 30), s.workload.park_slots
@@ -182,24 +181,13 @@ class ClusterSim:
             for e in engines:
                 e.slow_factor, e.slow_windows = c.engine_interference, self.learner_windows
         # the pipeline's own policies, on duck-typed fleet and groups
-        self.weight_sync: Any = WEIGHT_SYNC.get(sync_policy)()
+        self.weight_sync: Any = make_weight_sync(sch)
         self.updates = s.steps * s.updates_per_step
         self.prompts = s.workload.prompts_per_step // s.updates_per_step  # per update
         self.per_step = self.prompts * s.workload.group_size
-        self.consumption: Any = CONSUMPTION.get(consumption)(self.per_step, sch.overprovision)
-        self.tail = self.consumption if consumption == "tail" else None
+        self.consumption: Any = make_consumption(sch, self.per_step)
         self.long_rounds: list[int] = []  # tail batching: the waves that were long rounds
-        self.bound = (
-            AutoStaleness(
-                k=sch.staleness_min,
-                k_min=sch.staleness_min,
-                k_max=sch.staleness_max,
-                low=sch.auto_low,
-                high=sch.auto_high,
-            )
-            if sch.max_staleness == "auto"
-            else StalenessBound(sch.max_staleness)
-        )
+        self.bound = make_bound(sch)
         self.k_trace: list[int] = []  # k after each update (moves only under auto)
         self.groups: dict[str, SimGroup] = {}
         self.next_wave = 0
@@ -222,8 +210,7 @@ class ClusterSim:
         self.new_complete: list[SimGroup] = []
         self.tool_returns: list[tuple[float, int, Job]] = []  # (time, seq, job) of samples on a tool call
         self.tool_calls = 0
-        wl = s.workload
-        self.tool_wait: Any = make_tool_wait(wl.tool_wait, **wl.tool_wait_args)
+        self.tool_wait: Any = TOOL_WAITS.build(sch.tool_wait, sch.tool_wait_args)
         self.held: list[Job] = []  # lockstep: answers held until no sample is generating
         self.migrated = 0  # requests moved between engines (long-tail migration)
 
@@ -246,23 +233,17 @@ class ClusterSim:
         return list(np.stack([lengths, lengths * noise], axis=-1))
 
     def _issue_wave(self) -> bool:
-        """The next batch, planned by the consumption policy as in the pipeline (False: not yet)."""
+        """The next batch, planned by the consumption policy as in the pipeline (False: not yet). Each
+        prompt's lengths are drawn for every response the policy may run (tail batching's spares); a
+        deferred prompt keeps them (its long round runs the first), where the real one is sampled again
+        under newer weights."""
         w, wl = self.next_wave, self.s.workload
-        if self.tail is None:
-            plan = [(row, wl.group_size, wl.group_size) for row in self._draw(self.prompts, wl.group_size)]
-        else:
-            # tail batching's spares: each prompt's lengths are drawn for every response it may run; a
-            # deferred prompt keeps them (its long round runs the first R0), where the real one is
-            # sampled again under newer weights
-            spares = math.ceil(self.s.schedule.overprovision * wl.group_size)
-            plan = self.consumption.plan(
-                lambda samples: [
-                    (row, wl.group_size) for row in self._draw(samples // wl.group_size, spares)
-                ],
-                w,
-            )
-            if plan is None:
-                return False
+        most = self.consumption.max_requests(wl.group_size)
+        plan = self.consumption.plan(
+            lambda samples: [(row, wl.group_size) for row in self._draw(samples // wl.group_size, most)], w
+        )
+        if plan is None:
+            return False
         for g, (row, n, need) in enumerate(plan):
             group = SimGroup(f"w{w}g{g}", w, [], lengths=row, need=0 if need == n else need)
             group.requests = [
@@ -274,12 +255,17 @@ class ClusterSim:
         return True
 
     def _end_round(self, taken: list[SimGroup]) -> None:
-        """Tail batching: the groups the policy drops (deferred by it) are forgotten, and every response
-        still running is aborted (its tokens are lost: a deferred prompt runs again in a long round)."""
-        if self.consumption.metrics()["tail_long_round"]:
+        """After a take: the groups the policy drops (tail batching defers them) are forgotten, and when
+        the take left spares or dropped groups, every response still running is aborted (its tokens are
+        lost: a deferred prompt runs again in a long round). The pipeline aborts those requests alone;
+        here they are all that runs, since a policy with spares plans its next batch only after a take."""
+        if self.consumption.metrics().get("tail_long_round"):
             self.long_rounds.append(taken[0].wave)
-        for g in self.consumption.drop(list(self.groups.values())):
+        dropped = self.consumption.drop(list(self.groups.values()))
+        for g in dropped:
             del self.groups[g.id]
+        if not dropped and all(g.needed == len(g.requests) for g in taken):
+            return
         for e in self.fleet.engines:
             self._finish(e.advance(self.fleet.now))
         self.fleet.cut()
@@ -346,8 +332,7 @@ class ClusterSim:
         groups: list[SimGroup] | None = self.consumption.take(list(self.groups.values()))
         if groups is None:
             return False
-        if self.tail is not None:
-            self._end_round(groups)
+        self._end_round(groups)
         tokens, ages = 0, []
         for g in groups:
             del self.groups[g.id]
@@ -358,7 +343,7 @@ class ClusterSim:
                 ages.append(self.started - ((job.v_min or 0) + (job.v_max or 0)) / 2)
         self.tokens_trained += tokens
         # the mismatch AutoStaleness follows: drift_kl per version, at the batch's mean token age
-        self.bound.observe(self.s.schedule.drift_kl * (statistics.fmean(ages) if ages else 0.0))
+        self.bound.observe(self.s.workload.drift_kl * (statistics.fmean(ages) if ages else 0.0))
         self.k_trace.append(self.bound.k)
         if (
             self.started + 1

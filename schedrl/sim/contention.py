@@ -22,9 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import yaml
 
-from schedrl.config import config_from_dict
+from schedrl.config import load_config
 from schedrl.distributed.backend import placement
 from schedrl.distributed.workers import pin
 from schedrl.orchestrate.build import load_policy, make_engine, make_learner
@@ -66,7 +65,7 @@ def measure_interference(run_dir: str | Path, seconds: float = 2.0, rounds: int 
         raise ValueError(
             f"run {str(root)!r} has no config.yaml: the microbenchmark needs a schedrl run directory"
         )
-    cfg = config_from_dict(yaml.safe_load((root / "config.yaml").read_text()))
+    cfg = load_config(root / "config.yaml", saved=True)  # a run saved before a key moved loads too
     ckpt = latest_checkpoint(root / "checkpoints")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the threads backend: one torch thread, each worker on its own core

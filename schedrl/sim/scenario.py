@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from schedrl.config import ConfigError, apply_sets, build_dataclass, read_recipe
-from schedrl.rollout.tool_wait import make_tool_wait
+from schedrl.config import ConfigError, Schedule, apply_sets, build_dataclass, read_recipe
+from schedrl.orchestrate.schedule import Run, check_schedule
+from schedrl.rollout.tool_wait import TOOL_WAITS
 from schedrl.sim.costs import GPUS, EngineCost, LearnerCost, SyncCost
 from schedrl.sim.lengths import DistributionError, LengthDist
 
@@ -42,13 +43,11 @@ class WorkloadSection:
     tool_wait_s: float = 0.0
     tool_wait_sigma: float = 0.0
     tool_tokens: int = 0
-    # what a sample holds while it waits, the pipeline's own policies (schedrl.rollout.tool_wait) with
-    # their arguments: release (its slot; it prefills its history again), pin (its keys and values stay
-    # parked for a time to live; only the tool's tokens prefill), priority (release, back ahead of fresh
-    # samples), lockstep (every answer held until no sample is generating: TRL's tool loop)
-    tool_wait: Literal["release", "pin", "priority", "lockstep"] = "release"
-    tool_wait_args: dict[str, Any] = field(default_factory=dict)
+    # what a sample holds while it waits is the schedule's tool_wait, the pipeline's own policies
+    # (schedrl.rollout.tool_wait): release, pin, priority, lockstep (TRL's tool loop)
     park_slots: int = 64  # pin: trajectories an engine keeps parked at once (the earliest to expire goes)
+    # (assumed) k3 KL per token that one version of staleness adds: the mismatch max_staleness auto follows
+    drift_kl: float = 0.0
 
 
 @dataclass
@@ -90,51 +89,6 @@ class EngineSection:
 
 
 @dataclass
-class ScheduleSection:
-    mode: Literal["sync", "async"] = "sync"  # sync: k = 0, drain, wave (the synchronous loop)
-    # k, or "auto": the pipeline's AutoStaleness moves k within [staleness_min, staleness_max], following
-    # the behaviour-vs-learner mismatch, which the simulator takes as drift_kl per version of staleness
-    max_staleness: int | Literal["auto"] = 0
-    staleness_min: int = 0
-    staleness_max: int = 4
-    auto_low: float = 0.002  # auto: grow k while the mismatch stays below this
-    auto_high: float = 0.01  # auto: shrink k when the mismatch goes above this
-    drift_kl: float = 0.0  # (assumed) k3 KL per token that one version of staleness adds
-    # wave, partial (async), or tail: RollPacker's tail batching (overprovision is its eta; on-policy
-    # in sync mode, and as in the pipeline, async admits the next round during the update)
-    consumption: Literal["wave", "partial", "tail"] = "wave"
-    overprovision: float = 1.0
-    weight_sync: Literal["drain", "inflight", "cut_resume"] = "drain"
-    stale: Literal["drop", "mask", "keep"] = "drop"
-    admission: Literal["fcfs", "lpt", "spt"] = "fcfs"
-    divide_groups: bool = False  # each sample to the least-loaded engine, not whole groups
-    # long-tail migration (JigsawRL): an engine that runs dry takes half the requests of the busiest one,
-    # waiting ones first, then running ones, which re-prefill their context where they land
-    migrate: bool = False
-
-    @property
-    def k_bound(self) -> int:
-        """The largest k the schedule can reach (auto: staleness_max)."""
-        return self.staleness_max if self.max_staleness == "auto" else self.max_staleness
-
-    @property
-    def running(self) -> ScheduleSection:
-        """The schedule as the loop runs it: sync is the asynchronous loop at k = 0, drain and wave
-        (or tail batching, a synchronous schedule of its own)."""
-        if self.mode == "async":
-            return self
-        tail = self.consumption == "tail"
-        return dataclasses.replace(
-            self,
-            mode="async",
-            max_staleness=0,
-            consumption="tail" if tail else "wave",
-            overprovision=self.overprovision if tail else 1.0,
-            weight_sync="drain",
-        )
-
-
-@dataclass
 class Scenario:
     name: str = "scenario"
     source: str = ""  # where the numbers come from
@@ -150,7 +104,7 @@ class Scenario:
     engine: EngineSection = field(default_factory=EngineSection)
     learner: LearnerCost = field(default_factory=LearnerCost)
     sync: SyncCost = field(default_factory=SyncCost)
-    schedule: ScheduleSection = field(default_factory=ScheduleSection)
+    schedule: Schedule = field(default_factory=Schedule)
     measured: dict[str, Any] = field(default_factory=dict)  # published or measured figures to compare with
 
     # ---- derived ---------------------------------------------------------------------------------
@@ -228,8 +182,8 @@ _POSITIVE = (
     "model.params_b",
     "learner.tokens_per_s_per_gpu",
     "sync.bandwidth_gbs",
-    "schedule.overprovision",
 )
+SIM_ADMISSION = ("fcfs", "lpt", "spt")  # what the simulated engine orders by (its jobs' given predictions)
 
 
 def _numbers(obj: Any, prefix: str = ""):
@@ -275,24 +229,14 @@ def scenario_from_dict(data: dict[str, Any], overrides=(), where: str = "scenari
             f"({s.workload.prompts_per_step})"
         )
     sch = s.schedule
-    if sch.consumption == "tail" and sch.overprovision < 1:
-        raise ConfigError(
-            f"{where}: 'schedule.overprovision' (tail batching's eta) must be >= 1, got {sch.overprovision!r}"
-        )
-    if sch.max_staleness == "auto" and not (
-        sch.staleness_min <= sch.staleness_max and sch.auto_low < sch.auto_high
-    ):
-        raise ConfigError(
-            f"{where}: max_staleness auto needs schedule.staleness_min <= staleness_max and auto_low < auto_high, "
-            f"got {sch.staleness_min}, {sch.staleness_max}, {sch.auto_low}, {sch.auto_high}"
-        )
     try:
-        make_tool_wait(s.workload.tool_wait, **s.workload.tool_wait_args)
-    except ValueError as err:
-        raise ConfigError(f"{where}: 'workload.tool_wait_args': {err}") from None
-    if s.workload.tool_wait == "pin" and s.workload.park_slots < 1:
+        _check_schedule(s)
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    if TOOL_WAITS.get(sch.tool_wait).parks and s.workload.park_slots < 1:
         raise ConfigError(
-            f"{where}: 'workload.park_slots' must be >= 1 with tool_wait pin, got {s.workload.park_slots!r}"
+            f"{where}: 'workload.park_slots' must be >= 1 with tool_wait {sch.tool_wait!r} (parks = True), "
+            f"got {s.workload.park_slots!r}"
         )
     if s.warmup_steps >= s.steps:
         raise ConfigError(f"{where}: 'warmup_steps' ({s.warmup_steps}) must be below 'steps' ({s.steps})")
@@ -302,6 +246,23 @@ def scenario_from_dict(data: dict[str, Any], overrides=(), where: str = "scenari
     except (DistributionError, ValueError) as err:
         raise ConfigError(f"{where}: {err}") from None
     return s
+
+
+def _check_schedule(s: Scenario) -> None:
+    """The schedule, checked as a training run's is (every policy's `Args`, the rules between them),
+    plus what the simulator models: admission by the jobs' given predictions, no rollout modes."""
+    wl, sch = s.workload, s.schedule
+    check_schedule(sch, Run(multi_turn=wl.turns > 1, group_size=wl.group_size))
+    if sch.admission not in SIM_ADMISSION:
+        raise ConfigError(
+            f"config field 'schedule.admission' must be one of {', '.join(SIM_ADMISSION)} in the simulator "
+            f"(it orders by the jobs' given length predictions), got {sch.admission!r}"
+        )
+    if sch.rollout != "plain" or sch.data != "uniform":
+        raise ConfigError(
+            "config fields 'schedule.rollout' and 'schedule.data': the simulator draws lengths, not tasks: "
+            f"it runs rollout 'plain' and data 'uniform', got {sch.rollout!r} and {sch.data!r}"
+        )
 
 
 CLAIM_METRICS = ("steps_per_s", "rollout_tokens_per_s")  # higher is better: a claim is a speedup

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from schedrl.config import ConfigError
+from schedrl.config import ConfigError, Schedule
 from schedrl.sim.cluster import SimResult, simulate
 from schedrl.sim.scenario import Scenario, scenario_from_dict
 
@@ -52,14 +52,17 @@ def describe(s: Scenario) -> str:
     (multi-turn) the tool-wait policy."""
     c, sch = s.cluster, s.schedule
     place = "colocated" if c.placement == "colocated" else f"split {c.rollout_gpus}:{c.gpus - c.rollout_gpus}"
-    if sch.mode == "sync":
-        tail = f" tail x{sch.overprovision:g}" if sch.consumption == "tail" else ""
-        out = f"{place} sync{tail} {sch.admission}"
-    else:
-        use = "wave" if sch.consumption == "wave" else f"partial x{sch.overprovision:g}"
-        out = f"{place} k={sch.max_staleness} {use} {sch.weight_sync} {sch.admission}"
+    out = f"{place} {schedule_text(sch)} {sch.admission}"
     out += (" divided" if sch.divide_groups else "") + (" migrate" if sch.migrate else "")
-    return out + (f" {s.workload.tool_wait}" if s.workload.turns > 1 else "")
+    return out + (f" {sch.tool_wait}" if s.workload.turns > 1 else "")
+
+
+def schedule_text(sch: Schedule) -> str:
+    """k, consumption (with its arguments) and weight sync; "sync" for the synchronous loop's schedule."""
+    args = "".join(f" x{v:g}" for v in sch.consumption_args.values() if isinstance(v, int | float))
+    if sch.max_staleness == 0 and sch.weight_sync == "drain" and sch.consumption in ("wave", "tail"):
+        return "sync" + (f" tail{args}" if sch.consumption == "tail" else "")
+    return f"k={sch.max_staleness} {sch.consumption}{args} {sch.weight_sync}"
 
 
 def knobs(s: Scenario, bound: int) -> dict[str, list[dict[str, Any]]]:
@@ -73,14 +76,17 @@ def knobs(s: Scenario, bound: int) -> dict[str, list[dict[str, Any]]]:
     return {
         "placement": splits,
         "staleness": [{"schedule.max_staleness": k} for k in range(bound + 1)],
-        "consumption": [{"schedule.consumption": "wave", "schedule.overprovision": 1.0}]
-        + [{"schedule.consumption": "partial", "schedule.overprovision": x} for x in (1.25, 1.5, 2.0)],
+        "consumption": [{"schedule.consumption": "wave", "schedule.consumption_args": {}}]
+        + [
+            {"schedule.consumption": "partial", "schedule.consumption_args": {"overprovision": x}}
+            for x in (1.25, 1.5, 2.0)
+        ],
         "weight sync": [{"schedule.weight_sync": w} for w in ("drain", "inflight", "cut_resume")],
         "admission": [{"schedule.admission": a} for a in ("fcfs", "lpt")],
         "groups": [{"schedule.divide_groups": d} for d in (False, True)],
         "migration": [{"schedule.migrate": m} for m in (False, True)],
         **(
-            {"tool wait": [{"workload.tool_wait": w} for w in ("release", "pin", "priority")]}
+            {"tool wait": [{"schedule.tool_wait": w} for w in ("release", "pin", "priority")]}
             if s.workload.turns > 1
             else {}
         ),
@@ -88,24 +94,25 @@ def knobs(s: Scenario, bound: int) -> dict[str, list[dict[str, Any]]]:
 
 
 def start_point(s: Scenario) -> dict[str, Any]:
-    """The scenario's schedule as the dotted keys the search moves (sync read as async at k = 0; tail
-    batching, a synchronous schedule, as wave)."""
-    c, sch = s.cluster, s.schedule.running
+    """The scenario's schedule as the dotted keys the search moves (tail batching, a synchronous schedule,
+    as wave)."""
+    c, sch = s.cluster, s.schedule
     if sch.consumption == "tail":
-        sch = dataclasses.replace(sch, consumption="wave", overprovision=1.0)
+        sch = dataclasses.replace(sch, consumption="wave", consumption_args={})
     out: dict[str, Any] = {
-        "schedule.mode": "async",
         "cluster.placement": c.placement,
         "schedule.max_staleness": sch.k_bound,
+        "schedule.staleness_args": {},
         "schedule.consumption": sch.consumption,
-        "schedule.overprovision": sch.overprovision,
+        "schedule.consumption_args": sch.consumption_args,
         "schedule.weight_sync": sch.weight_sync,
         "schedule.admission": sch.admission,
         "schedule.divide_groups": sch.divide_groups,
         "schedule.migrate": sch.migrate,
     }
     if s.workload.turns > 1:
-        out["workload.tool_wait"] = "release" if s.workload.tool_wait == "lockstep" else s.workload.tool_wait
+        out["schedule.tool_wait"] = "release" if sch.tool_wait == "lockstep" else sch.tool_wait
+        out["schedule.tool_wait_args"] = {} if sch.tool_wait == "lockstep" else sch.tool_wait_args
     if c.placement == "disaggregated":
         out["cluster.rollout_gpus"] = c.rollout_gpus
     return out
@@ -121,17 +128,18 @@ def search(
 ) -> list[Ranked]:
     """Every schedule the descent simulated, fastest first. `data` and `base_sets` build the scenario
     (a file's base and its variant's `set` lines); `start` is where the descent begins."""
-    tried: dict[Sets, Ranked | None] = {}
+    tried: dict[str, Ranked | None] = {}  # by the point's keys and values as JSON (arguments are dicts)
 
     def run(point: dict[str, Any]) -> Ranked | None:
         if point.get("cluster.placement") == "colocated":
             point = {k: v for k, v in point.items() if k != "cluster.rollout_gpus"}
-        key: Sets = tuple(sorted(point.items()))
+        items: Sets = tuple(sorted(point.items()))
+        key = json.dumps(items, sort_keys=True)
         if key not in tried:
-            sets = [*base_sets, *(f"{k}={json.dumps(v)}" for k, v in key)]
+            sets = [*base_sets, *(f"{k}={json.dumps(v)}" for k, v in items)]
             try:
                 s = scenario_from_dict(data, sets, where="search")
-                tried[key] = Ranked(key, s, simulate(s))
+                tried[key] = Ranked(items, s, simulate(s))
             except (ConfigError, RuntimeError):
                 tried[key] = None
             if progress is not None:

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from schedrl.algos import entropy_from_logits, masked_mean, offpolicy_stats, registry, token_logprobs
-from schedrl.algos.offpolicy import CORRECTIONS, correctable_losses
+from schedrl.algos import entropy_from_logits, masked_mean, offpolicy_stats, token_logprobs
+from schedrl.algos.loss_call import loss_call
 from schedrl.config import AlgoConfig, OptimConfig
 from schedrl.training.batch import TokenBatch, prompt_groups, prompt_lengths
 from schedrl.training.optimizer import adamw
@@ -27,30 +27,6 @@ from schedrl.training.schedules import make_schedule
 from schedrl.training.value_head import ValueHead
 
 log = logging.getLogger(__name__)
-
-
-def loss_name(algo: AlgoConfig) -> str:
-    """The registered loss a run trains with: `algo.name`, or the off-policy correction replacing its surrogate."""
-    return CORRECTIONS[algo.correction] if algo.correction != "none" else algo.name
-
-
-def _cannot_drive(name: str, algo: AlgoConfig) -> str | None:
-    """Why the learner cannot train `algo.name` = `name` under `algo`, or None when it can."""
-    spec = registry.loss_spec(name)
-    if spec.correction:
-        return "it is an off-policy correction; set algo.correction with algo.name one of " + ", ".join(
-            correctable_losses()
-        )
-    if algo.kl_coef > 0 and "ref_logp" not in spec.inputs:
-        return f"it takes no ref_logp, so algo.kl_coef={algo.kl_coef} cannot apply"
-    if algo.loss_agg != "token_mean" and spec.norm != "agg":
-        return f"it does not take agg, so algo.loss_agg={algo.loss_agg!r} cannot apply"
-    return None
-
-
-def _learner_losses(algo: AlgoConfig) -> list[str]:
-    """Registered losses the learner can drive under `algo`."""
-    return [n for n in registry.available("loss") if _cannot_drive(n, algo) is None]
 
 
 class NonFiniteLossError(RuntimeError):
@@ -101,24 +77,10 @@ class Learner:
         self.device = next(model.parameters()).device
         self.padding_free, self._packing_checked = optim.padding_free, False
         self.forward_prompt_once = optim.forward_prompt_once and takes_4d_masks(model)
-        why = _cannot_drive(algo.name, algo)
-        if why:
-            raise ValueError(
-                f"algo.name={algo.name!r}: the learner cannot drive this loss: {why}; "
-                f"pick one of: {', '.join(_learner_losses(algo))}"
-            )
+        self.call = loss_call(algo)  # the loss, its checked algo.loss_args and the run-wide keywords
         if algo.kl_coef > 0 and ref_model is None:
             raise ValueError(f"algo.kl_coef={algo.kl_coef} needs a reference model (ref_model)")
-        if algo.correction != "none" and algo.name not in correctable_losses():
-            raise ValueError(
-                f"algo.correction={algo.correction!r} replaces the PPO-clip surrogate of algo.name, "
-                f"which must be one of {', '.join(correctable_losses())}; got algo.name={algo.name!r}"
-            )
-        self.loss_fn = registry.get("loss", loss_name(algo))
-        self.spec = registry.loss_spec(loss_name(algo))
-        self.config_kwargs = {k: getattr(algo, k) for k in self.spec.options}
-        if self.spec.norm == "agg":
-            self.config_kwargs["agg"] = algo.loss_agg
+        self.loss_fn, self.spec = self.call.fn, self.call.spec
         self.value_head = None
         params = model.parameters()
         if "values" in self.spec.inputs:
@@ -250,9 +212,7 @@ class Learner:
     def _vocab_stat(self, logits: torch.Tensor) -> torch.Tensor:
         """The loss's vocabulary statistic of `logits` (B, T, V) -> (B, T)."""
         if self.spec.vocab_stat is None:
-            raise ValueError(
-                f"loss {loss_name(self.algo)!r} declares input 'vocab_stat' without its function"
-            )
+            raise ValueError(f"loss {self.call.name!r} declares input 'vocab_stat' without its function")
         return self.spec.vocab_stat(logits, self.temperature)
 
     @torch.no_grad()
@@ -294,13 +254,10 @@ class Learner:
             )
         if "returns" in needs:  # token advantages and returns from the value head (GAE)
             extra["old_values"] = self.values(batch)
-            options = {k: getattr(self.algo, k) for k in self.spec.advantage_options}
             if self.spec.token_advantages is None:
-                raise ValueError(
-                    f"loss {loss_name(self.algo)!r} declares input 'returns' without token_advantages"
-                )
+                raise ValueError(f"loss {self.call.name!r} declares input 'returns' without token_advantages")
             advantages, extra["returns"] = self.spec.token_advantages(
-                advantages, extra["old_values"], batch.mask, **options
+                advantages, extra["old_values"], batch.mask, **self.call.advantage_kwargs
             )
         if "vocab_stat" in needs and several_updates:
             extra["old_mean_logp"] = self.vocab_stats(batch)
@@ -405,7 +362,7 @@ class Learner:
         logits: torch.Tensor,
     ) -> dict[str, Any]:
         """The keywords of one micro-batch's loss call: what the loss's spec asks for."""
-        kw = dict(self.config_kwargs)
+        kw = dict(self.call.kwargs)
         needs = self.spec.inputs
         if "ref_logp" in needs:
             kw["ref_logp"] = ref_logp[idx, :width].to(self.device) if ref_logp is not None else None

@@ -1,6 +1,6 @@
 """The consumption protocol: which complete groups form the next update's batch.
 
-`pipeline.consumption` names one policy of `CONSUMPTION`. The pipeline keeps its
+`schedule.consumption` names one policy of `CONSUMPTION` (its arguments: `schedule.consumption_args`). The pipeline keeps its
 unconsumed groups in issue order (the queue); a policy says where a new group stands in
 the order of consumption (for the admission rule `staleness.may_admit`) and which groups
 the next update takes. A policy may also shape the batches it is given (`plan`: how many
@@ -21,11 +21,10 @@ Draw = Callable[[int], list[tuple[Task, int]]]  # the data scheduler: samples wa
 
 
 class Consumption(Protocol):
-    off_policy: bool  # whether an update may train on groups admitted for an earlier one
+    """Built as `cls(budget)`, or `cls(budget, args)` for a policy that declares `Args` (`budget`: samples
+    per update), by `CONSUMPTION.build(name, args, budget)`."""
 
-    def __init__(self, budget: int, overprovision: float = 1.0) -> None:
-        """`budget`: samples per update; `overprovision`: samples in flight per update, x `budget`."""
-        ...
+    off_policy: bool  # whether an update may train on groups admitted for an earlier one
 
     def position(self, queue: Sequence[Group], group: Group) -> tuple[int, int]:
         """(ahead, per_update): the work queued ahead of `group` and how much of it one update
@@ -46,6 +45,10 @@ class Consumption(Protocol):
         """Groups to abandon after a take: their requests are aborted and the groups forgotten."""
         ...
 
+    def max_requests(self, samples: int) -> int:
+        """The most requests `plan` gives a task the data scheduler drew `samples` samples of."""
+        ...
+
     def metrics(self) -> dict[str, float]: ...
 
     def state_dict(self) -> dict[str, Any]: ...
@@ -64,6 +67,9 @@ class Defaults:
     def drop(self, queue: Sequence[Group]) -> list[Group]:
         return []
 
+    def max_requests(self, samples: int) -> int:
+        return samples
+
     def metrics(self) -> dict[str, float]:
         return {}
 
@@ -74,7 +80,7 @@ class Defaults:
         pass
 
 
-CONSUMPTION: Registry[type[Consumption]] = Registry("consumption policy")
+CONSUMPTION: Registry[type] = Registry("consumption policy")
 
 
 def size(group: Group) -> int:

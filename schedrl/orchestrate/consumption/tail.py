@@ -10,7 +10,7 @@ is taken, so a long round starts as soon as it is due.
 
 With `max_staleness: 0` and `weight_sync: drain` every update is on-policy, as in RollPacker. A
 deferred prompt is sampled again from scratch under the weights of its long round; the aborted
-tokens are not trained. `pipeline.overprovision` is eta.
+tokens are not trained. Its argument `eta` is RollPacker's eta.
 
 References: RollPacker (Gao et al., NSDI 2026, "Mitigating Long-Tail Rollouts for Fast, Synchronous
 RL Post-Training"), tail batching.
@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from schedrl.envs import Task
 from schedrl.orchestrate.buffer import Group
 from schedrl.orchestrate.consumption.base import CONSUMPTION, Defaults, Draw
+from schedrl.registry import check_arg
 
 
 @CONSUMPTION.register("tail")
@@ -34,12 +35,15 @@ class TailBatching(Defaults):
 
     off_policy = False
 
-    def __init__(self, budget: int, overprovision: float = 1.0) -> None:
-        if overprovision < 1.0:
-            raise ValueError(
-                f"tail batching: pipeline.overprovision (eta) must be >= 1, got {overprovision!r}"
-            )
-        self.budget, self.eta = budget, overprovision
+    @dataclass(frozen=True)
+    class Args:
+        eta: float = 1.25  # a short round samples eta x a step's tasks, eta x their group size each
+
+        def __post_init__(self) -> None:
+            check_arg(self.eta >= 1, "eta", self.eta, ">= 1")
+
+    def __init__(self, budget: int, args: Args = Args()) -> None:
+        self.budget, self.eta = budget, args.eta
         self.deferred: list[tuple[Task, int]] = []  # (task, samples it needs), oldest first
         self.open_wave: int | None = None  # planned, not yet taken: the next round waits for it
         self.long = False  # whether the open round is a long one
@@ -64,6 +68,9 @@ class TailBatching(Defaults):
         # a step's share of what was drawn (a data scheduler may draw less than asked)
         self.target = min(self.budget, math.ceil(sum(n for _, n in drawn) / self.eta))
         return [(task, math.ceil(self.eta * n), n) for task, n in drawn]
+
+    def max_requests(self, samples: int) -> int:
+        return math.ceil(self.eta * samples)
 
     def position(self, queue: Sequence[Group], group: Group) -> tuple[int, int]:
         return group.wave - min(g.wave for g in queue), 1  # rounds ahead, one round per update

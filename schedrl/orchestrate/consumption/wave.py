@@ -18,7 +18,7 @@ class Wave(Defaults):
 
     off_policy = False
 
-    def __init__(self, budget: int, overprovision: float = 1.0) -> None:
+    def __init__(self, budget: int) -> None:
         self.budget = budget
 
     def position(self, queue: Sequence[Group], group: Group) -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""Tool-wait policies (`task.tool_wait`), one file each: release, lockstep, priority, pin."""
+"""Tool-wait policies (`schedule.tool_wait`), one file each: release, lockstep, priority, pin."""
 
 from schedrl.rollout.tool_wait.base import TOOL_WAITS, Back, ToolWaitPolicy, Turn, make_tool_wait
 from schedrl.rollout.tool_wait.lockstep import LockStep

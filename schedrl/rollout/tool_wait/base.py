@@ -1,4 +1,4 @@
-"""What happens to a trajectory while it waits on a tool or an environment (`task.tool_wait`).
+"""What happens to a trajectory while it waits on a tool or an environment (`schedule.tool_wait`).
 
 When a model turn ends and the environment starts working on it, the trajectory waits. Every
 peer frees its engine slot and prefills the whole history again when the answer comes back
@@ -13,13 +13,21 @@ peer frees its engine slot and prefills the whole history again when the answer 
                     (fresh trajectories have 0; a priority-aware admission policy runs higher first).
     observe(back)   every answer, with how long it took: the policy's latency estimate learns.
     lockstep        hold every answer until the whole batch has answered (the baseline of TRL).
-    parks           whether `keep_s` can be > 0 (the engine must then be a `ParkingEngine`).
+    parks           whether `keep_s` can be > 0 (the engine must then be a `ParkingEngine`); a class
+                    attribute, so a config can be checked without building the policy.
+    orders_returns  whether `priority(back)` can be non-zero: the policy then acts through admission
+                    priorities, which only a priority-aware admission policy reads (`fcfs` ignores
+                    them). It may depend on the policy's arguments (`pin` with or without `priority`),
+                    so read it from a built policy.
+
+Each policy declares its arguments (`schedule.tool_wait_args`) as a dataclass `Args`; `TOOL_WAITS.build`
+checks them and builds it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from schedrl.registry import Registry
 
@@ -51,6 +59,7 @@ class Back:
 class ToolWaitPolicy(Protocol):
     lockstep: bool
     parks: bool
+    orders_returns: bool
 
     def keep_s(self, turn: Turn) -> float: ...
 
@@ -62,10 +71,6 @@ class ToolWaitPolicy(Protocol):
 TOOL_WAITS: Registry[type] = Registry("tool-wait policy")
 
 
-def make_tool_wait(name: str, **args) -> ToolWaitPolicy:
-    """The policy registered as `name`, built with `task.tool_wait_args`."""
-    cls = TOOL_WAITS.get(name)
-    try:
-        return cls(**args)
-    except TypeError as e:
-        raise ValueError(f"tool-wait policy {name!r}: bad tool_wait_args {args!r} ({e})") from None
+def make_tool_wait(name: str, **args: Any) -> ToolWaitPolicy:
+    """The policy registered as `name` (or `pkg.module:Class`), built from its arguments."""
+    return TOOL_WAITS.build(name, args)

@@ -22,9 +22,11 @@ None) also admits returning trajectories first.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
+from schedrl.registry import check_arg
 from schedrl.rollout.tool_wait.base import TOOL_WAITS, Back, Turn
-from schedrl.rollout.tool_wait.priority import check_order, returning_priority
+from schedrl.rollout.tool_wait.priority import ORDERS, returning_priority
 
 
 @TOOL_WAITS.register("pin")
@@ -34,31 +36,36 @@ class Pin:
     lockstep = False
     parks = True
 
-    def __init__(
-        self,
-        quantile: float = 0.9,
-        window: int = 256,
-        prior_wait_s: float = 1.0,
-        prefill_s_per_token: float = 1e-4,
-        min_saving: float = 0.0,
-        max_keep_s: float = 30.0,
-        priority: str | None = None,
-        min_keep_s: float = 0.1,
-    ) -> None:
-        if not 0.0 < quantile <= 1.0:
-            raise ValueError(f"pin: quantile must be in (0, 1], got {quantile!r}")
-        for name, v in (("prior_wait_s", prior_wait_s), ("max_keep_s", max_keep_s), ("window", window)):
-            if v <= 0:
-                raise ValueError(f"pin: {name} must be > 0, got {v!r}")
-        if not 0 < min_keep_s <= max_keep_s:
-            raise ValueError(f"pin: min_keep_s must be in (0, max_keep_s], got {min_keep_s!r}")
-        self.min_keep_s = min_keep_s
-        if prefill_s_per_token < 0 or min_saving < 0:
-            raise ValueError("pin: prefill_s_per_token and min_saving must be >= 0")
-        self.quantile, self.prior_wait_s, self.max_keep_s = quantile, prior_wait_s, max_keep_s
-        self.prefill_s_per_token, self.min_saving = prefill_s_per_token, min_saving
-        self.by = check_order(priority) if priority is not None else None
-        self.waits: deque[float] = deque(maxlen=window)
+    @dataclass(frozen=True)
+    class Args:
+        quantile: float = 0.9  # of the observed waits: the predicted wait
+        window: int = 256  # latest waits observed
+        prior_wait_s: float = 1.0  # the predicted wait before any is observed
+        prefill_s_per_token: float = 1e-4  # what re-prefilling a history costs, per token
+        min_saving: float = 0.0  # pin only if re-prefill >= min_saving x predicted wait
+        max_keep_s: float = 30.0  # the longest time to live
+        priority: str | None = None  # also admit returns first, in this order of `priority`'s `by`
+        min_keep_s: float = 0.1  # the shortest time to live (the episode loop's own latency)
+
+        def __post_init__(self) -> None:
+            check_arg(0.0 < self.quantile <= 1.0, "quantile", self.quantile, "in (0, 1]")
+            for name in ("window", "prior_wait_s", "max_keep_s"):
+                check_arg(getattr(self, name) > 0, name, getattr(self, name), "> 0")
+            for name in ("prefill_s_per_token", "min_saving"):
+                check_arg(getattr(self, name) >= 0, name, getattr(self, name), ">= 0")
+            check_arg(
+                0 < self.min_keep_s <= self.max_keep_s, "min_keep_s", self.min_keep_s, "in (0, max_keep_s]"
+            )
+            ok = self.priority is None or self.priority in ORDERS
+            check_arg(ok, "priority", self.priority, f"None or one of {', '.join(ORDERS)}")
+
+    def __init__(self, args: Args = Args()) -> None:
+        self.quantile, self.prior_wait_s = args.quantile, args.prior_wait_s
+        self.min_keep_s, self.max_keep_s = args.min_keep_s, args.max_keep_s
+        self.prefill_s_per_token, self.min_saving = args.prefill_s_per_token, args.min_saving
+        self.by = args.priority
+        self.orders_returns = args.priority is not None
+        self.waits: deque[float] = deque(maxlen=args.window)
 
     def predicted_wait_s(self) -> float:
         if not self.waits:

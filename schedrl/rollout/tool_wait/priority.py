@@ -10,12 +10,15 @@ Three orders among the returning trajectories (`by`):
                predicts a longer repair (Libra's use of tool outcomes)
 
 Returning turns get priority 1 + a score in [0, 1); fresh turns have 0. It needs a
-priority-aware admission policy (`engine.admission: priority`), which the build selects when
-the admission is left at `fcfs`.
+priority-aware admission policy (`schedule.admission: priority`), which the build selects when
+the admission is left at `fcfs` (`orders_returns` is True).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from schedrl.registry import check_arg
 from schedrl.rollout.tool_wait.base import TOOL_WAITS, Back, Turn
 
 ORDERS = ("progress", "attained", "outcome")
@@ -31,21 +34,23 @@ def returning_priority(back: Back, by: str) -> float:
     return 1.0 + 0.5 * ok + 0.499 * progress
 
 
-def check_order(by: str) -> str:
-    if by not in ORDERS:
-        raise ValueError(f"tool-wait priority 'by' must be one of {', '.join(ORDERS)}, got {by!r}")
-    return by
-
-
 @TOOL_WAITS.register("priority")
 class ReturnsFirst:
     """release the slot, but admit a returning trajectory ahead of fresh ones"""
 
     lockstep = False
     parks = False
+    orders_returns = True
 
-    def __init__(self, by: str = "progress") -> None:
-        self.by = check_order(by)
+    @dataclass(frozen=True)
+    class Args:
+        by: str = "progress"  # the order among returning trajectories: progress, attained or outcome
+
+        def __post_init__(self) -> None:
+            check_arg(self.by in ORDERS, "by", self.by, f"one of {', '.join(ORDERS)}")
+
+    def __init__(self, args: Args = Args()) -> None:
+        self.by = args.by
 
     def keep_s(self, turn: Turn) -> float:
         return 0.0

@@ -11,6 +11,7 @@ class Release:
 
     lockstep = False
     parks = False
+    orders_returns = False
 
     def keep_s(self, turn: Turn) -> float:
         return 0.0

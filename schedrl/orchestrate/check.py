@@ -1,0 +1,75 @@
+"""A parsed `RunConfig` checked against what it names: policies, environments, the engine backend.
+
+`schedrl.config` parses and checks what a record alone can tell; this module asks the registries
+(each policy's own `Args`, the rules between policies that the policies state) and runs before a run
+directory exists. It loads nothing: no model, tokenizer, checkpoint or task data.
+"""
+
+from __future__ import annotations
+
+from schedrl.algos.loss_call import loss_call
+from schedrl.algos.registry import ADVANTAGES
+from schedrl.algos.turn_credit import TURN_CREDITS
+from schedrl.config import ConfigError, RunConfig
+from schedrl.engine.vllm_engine import check_vllm_args
+from schedrl.envs.registry import ENVIRONMENTS
+from schedrl.orchestrate.schedule import Run, check_schedule
+
+
+def check_run(cfg: RunConfig) -> RunConfig:
+    """`cfg`, or a `ConfigError` naming the field, the policy or the value that cannot run."""
+    t, e = cfg.task, cfg.engine
+    if t.env not in ENVIRONMENTS:
+        raise ConfigError(
+            f"config field 'task.env' must be one of {', '.join(ENVIRONMENTS.names())} or a dotted path "
+            f"'pkg.module:Env', got {t.env!r}"
+        )
+    if e.backend not in ("builtin", "vllm"):
+        raise ConfigError(f"config field 'engine.backend' must be builtin or vllm, got {e.backend!r}")
+    if e.backend == "vllm":
+        _check_vllm(cfg)
+    try:
+        loss_call(cfg.algo)  # the loss, algo.loss_args against its Args, the loss under the rest of algo
+        ADVANTAGES.get(cfg.algo.advantage)
+    except ValueError as err:
+        raise ConfigError(f"config field 'algo': {err}") from None
+    if cfg.algo.turn_credit not in TURN_CREDITS:
+        raise ConfigError(
+            f"config field 'algo.turn_credit' must be one of {', '.join(TURN_CREDITS)}, "
+            f"got {cfg.algo.turn_credit!r}"
+        )
+    if cfg.algo.turn_credit == "return_to_go" and cfg.algo.advantage != "grpo":
+        raise ConfigError(
+            "config field 'algo.turn_credit' is 'return_to_go': it replaces the group advantage with one per "
+            f"turn and needs algo.advantage 'grpo', got {cfg.algo.advantage!r}"
+        )
+    run = Run(
+        asynchronous=cfg.pipeline.mode == "async",
+        multi_turn=t.env != "single_turn",
+        parking_engine=e.backend == "builtin",
+        engine=e.backend,
+        corrected=cfg.algo.correction != "none",
+        group_size=cfg.sampling.group_size,
+    )
+    check_schedule(cfg.schedule, run)
+    if cfg.schedule.migrate:
+        raise ConfigError(
+            "config field 'schedule.migrate' runs in the simulator only: the engine fleet does not move "
+            "running requests between engines"
+        )
+    return cfg
+
+
+def _check_vllm(cfg: RunConfig) -> None:
+    """vLLM's settings, against vLLM where it is installed (elsewhere when the engine starts)."""
+    if cfg.engine.park_slots > 0:
+        raise ConfigError(
+            "config field 'engine.park_slots': engine.backend vllm does not park trajectories; its prefix "
+            "cache keeps a finished turn's blocks by itself"
+        )
+    try:
+        check_vllm_args(cfg.engine.vllm)
+    except ImportError:
+        pass  # the error names the extra when the engine starts
+    except ValueError as err:
+        raise ConfigError(f"config field {err}") from None

@@ -1,0 +1,119 @@
+"""A `Schedule` (`schedrl.config.Schedule`) checked against the policies it names, and built into them.
+
+The same record drives a training run and a simulator scenario: `check_schedule` checks every policy's
+arguments with that policy's own `Args` and the rules between policies, each stated by the policy
+that owns it (`off_policy` of weight sync and consumption, `parks` of a tool-wait policy,
+`multi_turn` and `asynchronous` of a rollout mode); the `make_*` functions build the policies the
+loop runs. Checking loads nothing: no model, tokenizer or checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from schedrl.config import ConfigError, Schedule, build_dataclass
+from schedrl.data import SCHEDULERS
+from schedrl.orchestrate.consumption import CONSUMPTION, Consumption
+from schedrl.orchestrate.staleness import AutoStaleness, StalenessBound
+from schedrl.orchestrate.weight_sync import WEIGHT_SYNC, WeightSync
+from schedrl.registry import Registry
+from schedrl.rollout.modes import ROLLOUT_MODES
+from schedrl.rollout.registry import ADMISSION
+from schedrl.rollout.tool_wait import TOOL_WAITS
+
+# schedule field -> the registry of the policies it names
+POLICIES: dict[str, Registry[Any]] = {
+    "weight_sync": WEIGHT_SYNC,
+    "consumption": CONSUMPTION,
+    "admission": ADMISSION,
+    "tool_wait": TOOL_WAITS,
+    "rollout": ROLLOUT_MODES,
+    "data": SCHEDULERS,
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    """What the rules between a schedule's policies depend on, from the rest of a run's config."""
+
+    asynchronous: bool = True  # the asynchronous pipeline (a request may outlive its weights)
+    multi_turn: bool = False  # episodes with tools or an environment
+    parking_engine: bool = True  # the engine can park a waiting trajectory's keys and values
+    engine: str = "builtin"  # its name, for messages
+    corrected: bool = True  # an off-policy correction is configured (algo.correction)
+    group_size: int = 8
+
+
+def check_schedule(s: Schedule, run: Run = Run(), where: str = "schedule") -> None:
+    """`ConfigError` naming the field, the policy and the argument (or both policies and why)."""
+    for field, registry in POLICIES.items():
+        try:
+            registry.check(getattr(s, field), getattr(s, f"{field}_args"))
+        except ValueError as err:
+            raise ConfigError(f"config field '{where}.{field}': {err}") from None
+    auto_args(s, where)
+    rollout = ROLLOUT_MODES.build(s.rollout, s.rollout_args)
+    try:
+        rollout.check_run(run.group_size)
+    except ValueError as err:
+        raise ConfigError(f"config field '{where}.rollout_args': {err}") from None
+    for flag, needed, what in (
+        ("multi_turn", run.multi_turn, "multi-turn episodes (task.env is not single_turn)"),
+        ("asynchronous", run.asynchronous, "the asynchronous pipeline (pipeline.mode: async)"),
+    ):
+        if needed and not getattr(rollout, flag):
+            raise ConfigError(
+                f"config field '{where}.rollout': rollout mode {s.rollout!r} does not run under {what} "
+                f"({flag} = False)"
+            )
+    if run.multi_turn and TOOL_WAITS.get(s.tool_wait).parks and not run.parking_engine:
+        raise ConfigError(
+            f"config field '{where}.tool_wait': tool-wait policy {s.tool_wait!r} parks trajectories "
+            f"(parks = True) and engine {run.engine!r} cannot park; its prefix cache keeps a finished "
+            "turn's blocks by itself: use release or priority"
+        )
+    stale = [name for name in off_policy(s) if run.asynchronous]
+    if stale and not run.corrected:
+        raise ConfigError(
+            f"config field 'algo.correction' is 'none', but {' and '.join(stale)} train on tokens from "
+            "older weights; choose 'decoupled', 'tis' or 'cross_stage' so they are corrected"
+        )
+
+
+def off_policy(s: Schedule) -> list[str]:
+    """The parts of `s` that make a batch hold tokens of older weights (off_policy = True), named."""
+    out = [f"{where} {name!r}" for where, name in (("max_staleness", s.max_staleness),) if name != 0]
+    for field in ("weight_sync", "consumption"):
+        name = getattr(s, field)
+        if POLICIES[field].get(name).off_policy:
+            out.append(f"{field} {name!r}")
+    return out
+
+
+def auto_args(s: Schedule, where: str = "schedule") -> AutoStaleness.Args | None:
+    """The checked arguments of `max_staleness: auto` (None for a fixed k)."""
+    if s.max_staleness != "auto":
+        return None
+    try:
+        return build_dataclass(AutoStaleness.Args, dict(s.staleness_args), noun="argument")
+    except (ConfigError, ValueError) as err:
+        raise ConfigError(f"config field '{where}.staleness_args': max_staleness 'auto': {err}") from None
+
+
+def make_bound(s: Schedule) -> StalenessBound:
+    """The staleness bound: k fixed, or moved within [k_min, k_max] by `AutoStaleness`."""
+    args = auto_args(s)
+    if args is None:
+        assert s.max_staleness != "auto"
+        return StalenessBound(s.max_staleness)
+    return AutoStaleness.of(args)
+
+
+def make_weight_sync(s: Schedule) -> WeightSync:
+    return WEIGHT_SYNC.build(s.weight_sync, s.weight_sync_args)
+
+
+def make_consumption(s: Schedule, budget: int) -> Consumption:
+    """The consumption policy of updates of `budget` samples."""
+    return CONSUMPTION.build(s.consumption, s.consumption_args, budget)
