@@ -160,7 +160,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Write a run's report (report.html: curves, lengths, staleness, schedulers, timeline, config)."""
-    from schedrl.report import format_fractions, write_report
+    from schedrl.gantt import format_fractions, write_report
     from schedrl.run_report import write_run_report
 
     root = Path(args.run_dir)

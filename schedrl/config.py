@@ -57,7 +57,8 @@ class SamplingConfig:
 
 @dataclass
 class EngineSection:
-    backend: str = "builtin"  # builtin (schedrl's continuous batching over HF) or vllm (the vllm extra)
+    # the engine (schedrl.engine.registry): builtin (schedrl's continuous batching over HF) or vllm (the extra)
+    backend: str = "builtin"
     vllm: dict[str, Any] = field(
         default_factory=dict
     )  # vLLM EngineArgs settings, e.g. {enforce_eager: false}
@@ -172,8 +173,9 @@ class Schedule:
 class PipelineConfig:
     # sync: one process, generate then train; async: engine and learner overlap
     mode: Literal["sync", "async"] = "sync"
-    # async workers: threads of this process (one machine), Ray actors (a cluster), or serially (debugging)
-    backend: Literal["ray", "threads", "local"] = "threads"
+    # async workers (schedrl.distributed.backend): threads of this process (one machine), ray (actors on a
+    # cluster), local (serially, for debugging), or pkg.module:Backend
+    backend: str = "threads"
     engine_chunk_steps: int = 8  # engine steps per call between the loop's bookkeeping
     ray_address: str | None = None  # join this Ray cluster; None starts a local one
     num_engines: int = 1  # engine workers; groups go to the one holding the fewest requests
@@ -387,10 +389,6 @@ def _validate(cfg: RunConfig) -> None:
     _validate_schedule(cfg.schedule)
     _validate_pipeline(cfg.pipeline)
     _validate_task(cfg)
-    known = ("jsonl", "tensorboard", "wandb", "mlflow")
-    for name in cfg.logging.backends:
-        if name not in known:
-            raise ConfigError(f"config field 'logging.backends' has {name!r}; known: {', '.join(known)}")
     if cfg.logging.wandb_mode not in (None, "online", "offline", "disabled"):
         raise ConfigError(
             f"config field 'logging.wandb_mode' must be online, offline or disabled, got {cfg.logging.wandb_mode!r}"
@@ -405,12 +403,7 @@ def _validate(cfg: RunConfig) -> None:
 
 
 def _validate_task(cfg: RunConfig) -> None:
-    e, t = cfg.engine, cfg.task
-    if e.backend != "vllm" and e.vllm:
-        raise ConfigError(
-            f"config field 'engine.vllm' ({', '.join(sorted(e.vllm))}) is set but engine.backend is "
-            f"{e.backend!r}; set engine.backend: vllm"
-        )
+    t = cfg.task
     if not 0.0 <= cfg.algo.turn_discount <= 1.0:
         raise ConfigError(
             f"config field 'algo.turn_discount' must be in [0, 1], got {cfg.algo.turn_discount!r}"

@@ -243,7 +243,7 @@ def schedulers_section(runs: Sequence[Run]) -> Section:
 
 
 def timeline_section(runs: Sequence[Run]) -> Section:
-    from schedrl.report import format_fractions, gantt_figure
+    from schedrl.gantt import format_fractions, gantt_figure
 
     run = runs[0]
     path = run.root / TIMELINE_FILE

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from schedrl.api import resolve_config
 from schedrl.config import ConfigError, config_from_dict
 from schedrl.training.run_dir import MetricsLogger, RunDir
 
@@ -103,7 +104,7 @@ def test_a_missing_extra_is_named_with_its_pip_command(tmp_path, monkeypatch):
 
 def test_unknown_backends_are_refused_by_the_config():
     with pytest.raises(ConfigError, match="'logging.backends' has 'neptune'"):
-        config_from_dict({"logging": {"backends": ["jsonl", "neptune"]}})
+        resolve_config({"logging": {"backends": ["jsonl", "neptune"]}})
     assert config_from_dict({"logging": {"backends": ["mlflow"]}}).logging.backends == ("mlflow",)
 
 

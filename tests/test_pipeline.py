@@ -14,10 +14,10 @@ from schedrl.config import ConfigError, config_from_dict, config_to_dict
 from schedrl.distributed import EngineWorker
 from schedrl.distributed.workers import cpu_weights
 from schedrl.envs import make_task
+from schedrl.gantt import write_report
 from schedrl.orchestrate.buffer import Group
 from schedrl.orchestrate.build import build, load_policy
 from schedrl.orchestrate.sync import train, warm_start
-from schedrl.report import write_report
 from schedrl.rollout import group_requests
 from schedrl.timeline import TIMELINE_FILE, read_spans
 from schedrl.training.checkpoint import latest_checkpoint

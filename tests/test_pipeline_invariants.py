@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from schedrl.config import config_from_dict
+from schedrl.contracts import LearnerBatch
 from schedrl.data import DataContext, make_scheduler
 from schedrl.distributed.backend import LocalBackend
 from schedrl.envs import make_task
@@ -141,15 +142,15 @@ class FakeLearner:
     def __init__(self, rng: random.Random, bounded: bool = True):
         self.rng, self.batches, self.bounded = rng, [], bounded  # bounded: no trained token older than k
 
-    def update(self, payload, step):
-        k = payload["max_staleness"]
-        for vers, mask in zip(payload["versions"], payload["train_mask"], strict=True):
+    def update(self, batch: LearnerBatch, step):
+        k = batch.max_staleness
+        for vers, mask in zip(batch.versions, batch.train_mask, strict=True):
             assert len(vers) == len(mask)
             assert all(m is False for v, m in zip(vers, mask, strict=True) if v < 0), "a tool token trained"
             if self.bounded:
                 assert all(step - v <= k for v, m in zip(vers, mask, strict=True) if m), (step, vers, mask, k)
             assert any(mask)
-        self.batches.append(payload["request_ids"])
+        self.batches.append(batch.request_ids)
         return {"behaviour_kl": self.rng.choice([0.0, 0.001, 0.05])}, {"w": torch.zeros(1)}
 
     def spans(self):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from schedrl.cli import main
-from schedrl.report import write_report
+from schedrl.gantt import write_report
 from schedrl.timeline import TIMELINE_FILE, Recorder, Span, append_spans, busy_fractions, read_spans
 
 

@@ -33,11 +33,13 @@ def test_config_refuses_vllm_settings_it_cannot_honour():
     ):
         resolve_config({"engine": {"backend": "vllm", "vllm": {"max_num_seqs": 4}}})
     with pytest.raises(ConfigError, match="engine.vllm.*is set but engine.backend is 'builtin'"):
-        config_from_dict({"engine": {"vllm": {"enforce_eager": True}}})
-    with pytest.raises(ConfigError, match="engine.backend' must be builtin or vllm, got 'sglang'"):
+        resolve_config({"engine": {"vllm": {"enforce_eager": True}}})
+    with pytest.raises(
+        ConfigError, match="engine.backend': unknown engine backend 'sglang'; valid: builtin, vllm"
+    ):
         resolve_config({"engine": {"backend": "sglang"}})
     with pytest.raises(
-        ConfigError, match="'engine.park_slots': engine.backend vllm does not park trajectories"
+        ConfigError, match="'engine.park_slots': engine backend 'vllm' does not park trajectories"
     ):
         resolve_config({"engine": {"backend": "vllm", "park_slots": 4}})
 

@@ -3,6 +3,7 @@ the run stops without waiting on it forever, and it resumes from its last checkp
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 import time
@@ -41,6 +42,7 @@ def test_a_hung_engine_is_named_with_its_stack_and_the_run_resumes(tmp_path, mon
     release = threading.Event()
     real_run, calls = EngineWorker.run, [0]
 
+    @functools.wraps(real_run)  # calls reach a worker's method by its name
     def hang_here(self, *args, **kwargs):  # the engine's 8th call (of ~12) never answers until released
         calls[0] += 1
         if calls[0] == 8:

@@ -23,13 +23,17 @@ import os
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Concatenate, ParamSpec
 
+from schedrl.contracts.workers import Backend
 from schedrl.distributed.workers import EngineWorker, LearnerWorker
+from schedrl.registry import Registry
 
+P = ParamSpec("P")
 STACK_TIMEOUT_S = 10.0  # how long a stuck Ray actor's stack may take to arrive
 
 log = logging.getLogger(__name__)
@@ -109,6 +113,11 @@ class LocalBackend:
 
     name = "local"
     timeout_s: float | None = None  # every call has answered by the time it returns: nothing can be stuck
+
+    @classmethod
+    def create(cls, **placement: Any) -> LocalBackend:
+        """One process, one call at a time: the placement does not apply."""
+        return cls()
 
     def start_engine(self, cfg: dict, weights: Any, version: int, index: int = 0) -> EngineWorker:
         name = worker_name(index, cfg["pipeline"]["num_engines"])
@@ -197,6 +206,13 @@ class ThreadBackend:
     """
 
     name = "threads"
+
+    @classmethod
+    def create(
+        cls, num_engines: int = 1, engine_cpus: int = 1, learner_cpus: int = 1, **placement: Any
+    ) -> ThreadBackend:
+        """The worker counts and their cores; a cluster address does not apply."""
+        return cls(num_engines, engine_cpus, learner_cpus)
 
     def __init__(self, num_engines: int = 1, engine_cpus: int = 1, learner_cpus: int = 1) -> None:
         import torch
@@ -288,6 +304,17 @@ class RayBackend:
     """Workers as Ray actors on a local cluster started here, or on an existing one by address."""
 
     name = "ray"
+
+    @classmethod
+    def create(
+        cls,
+        address: str | None = None,
+        num_engines: int = 1,
+        engine_cpus: int = 1,
+        learner_cpus: int = 1,
+        **placement: Any,
+    ) -> RayBackend:
+        return cls(address, num_engines=num_engines, engine_cpus=engine_cpus, learner_cpus=learner_cpus)
 
     def __init__(
         self,
@@ -412,15 +439,28 @@ class RayBackend:
             self._started = False
 
 
-def make_backend(name: str, **kwargs):
-    """`name` "ray" (keyword arguments as `RayBackend`), "threads" (only the worker counts and cores are
-    used) or "local" (they are ignored: one process, one call at a time)."""
-    if name == "local":
-        return LocalBackend()
-    if name == "threads":
-        return ThreadBackend(
-            **{k: kwargs[k] for k in ("num_engines", "engine_cpus", "learner_cpus") if k in kwargs}
-        )
-    if name == "ray":
-        return RayBackend(**kwargs)
-    raise ValueError(f"pipeline.backend must be 'ray', 'threads' or 'local', got {name!r}")
+def remote(
+    backend: Backend, worker: Any, method: Callable[Concatenate[Any, P], Any], returns: int = 1
+) -> Callable[P, Any]:
+    """A typed call of `worker.method` on `backend`: `remote(b, learner, LearnerWorker.update, 2)(batch,
+    step)` checks the arguments against the method's signature and returns the call's future(s). The
+    call goes by the method's `__name__` (a wrapper of a worker method keeps it: `functools.wraps`)."""
+
+    def send(*args: P.args, **kwargs: P.kwargs) -> Any:
+        if kwargs:
+            raise TypeError(f"{method.__name__}: calls across a worker seam take positional arguments only")
+        return backend.call(worker, method.__name__, *args, num_returns=returns)
+
+    return send
+
+
+WORKER_BACKENDS: Registry[Any] = Registry("worker backend")
+WORKER_BACKENDS.add("local", LocalBackend)
+WORKER_BACKENDS.add("threads", ThreadBackend)
+WORKER_BACKENDS.add("ray", RayBackend)
+
+
+def make_backend(name: str, **placement: Any) -> Backend:
+    """The worker backend `name` (`WORKER_BACKENDS`, or `pkg.module:Class`) built by its `create` from the
+    placement keywords (address, num_engines, engine_cpus, learner_cpus), each taking what it uses."""
+    return WORKER_BACKENDS.get(name).create(**placement)

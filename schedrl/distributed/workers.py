@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from schedrl.config import RunConfig, config_from_dict
+from schedrl.contracts.workers import LearnerBatch
 from schedrl.timeline import Recorder, Span
 from schedrl.training.batch import collate
 from schedrl.training.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
@@ -174,20 +175,20 @@ class LearnerWorker(Inspectable):
     def weights(self) -> dict[str, torch.Tensor]:
         return cpu_weights(self.model)
 
-    def update(self, payload: dict, step: int) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
-        """One optimizer step on `payload` (see `schedrl.orchestrate.pipeline.learner_payload`)."""
+    def update(self, batch: LearnerBatch, step: int) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+        """One optimizer step on `batch` (`schedrl.orchestrate.update_batch.UpdateBatch.learner_batch`)."""
         start = time.perf_counter()
         with self.timeline.span("train"):
-            batch = collate(
-                payload["prompt_ids"],
-                payload["token_ids"],
+            tokens = collate(
+                batch.prompt_ids,
+                batch.token_ids,
                 self.tokenizer.pad_token_id,
-                payload["logprobs"],
-                payload["versions"],
-                payload["train_mask"],
+                batch.logprobs,
+                batch.versions,
+                batch.train_mask,
             )
             # The weights being updated are version `step`: update s turns version s into s + 1.
-            stats = self.learner.update(batch, torch.tensor(payload["advantages"]), step, version=step)
+            stats = self.learner.update(tokens, torch.tensor(batch.advantages), step, version=step)
         with self.timeline.span("weight-sync"):
             weights = cpu_weights(self.model)
         return {**stats, "train_s": time.perf_counter() - start}, weights

@@ -14,6 +14,10 @@ from schedrl.types import Request
 
 @runtime_checkable
 class AdmissionPolicy(Protocol):
+    """Which waiting requests enter the running batch. Promises: `select` returns distinct indices into
+    `waiting`, at most `free_slots` of them, whose prompts fit `token_budget`; it never drops a request
+    (one not selected now waits for a later step)."""
+
     def select(
         self, waiting: Sequence[Request], *, free_slots: int, token_budget: int, num_running: int
     ) -> list[int]:

@@ -46,6 +46,10 @@ class StepResult:
 
 @runtime_checkable
 class Environment(Protocol):
+    """A multi-turn episode. Promises: `reset` then `step` until a result is `done` (or the episode is
+    cut), `close` once at the end whatever happened; observations are never trained on; a step's reward
+    belongs to the turn it answers. Every call may be awaited under a timeout (`task.env_timeout_s`)."""
+
     stop_strings: tuple[str, ...]  # what ends a model turn here (a tool parser's closing tag); () for none
 
     async def reset(self, task: Task, seed: int) -> Observation:

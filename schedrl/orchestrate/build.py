@@ -19,7 +19,8 @@ from transformers import PreTrainedModel
 
 from schedrl.config import RunConfig, config_to_dict
 from schedrl.data import SCHEDULERS, DataContext, DataScheduler
-from schedrl.engine import Engine, EngineConfig, HFEngine
+from schedrl.engine import Engine, EngineConfig
+from schedrl.engine.registry import ENGINES
 from schedrl.envs import Environment, TaskSource, make_env, make_task
 from schedrl.envs.scoring import RewardScorer
 from schedrl.models import build_char_tokenizer, build_tiny_model, default_device, load_model_and_tokenizer
@@ -58,18 +59,14 @@ def make_engine(cfg: RunConfig, model: PreTrainedModel, tokenizer: Any, version:
     """The run's engine: its `engine` section, with the admission policy it names (`fcfs` becomes
     `priority` when the tool-wait policy orders returning trajectories: it only acts through priorities).
 
-    `engine.backend: vllm` starts a `VLLMEngine` on `model`'s weights (saved for vLLM to load)."""
+    `engine.backend` picks the engine (`schedrl.engine.registry`): `vllm` starts a `VLLMEngine` on
+    `model`'s weights (saved for vLLM to load)."""
     name = cfg.schedule.admission
     if name == "fcfs" and cfg.task.env != "single_turn" and make_tool_wait_policy(cfg).orders_returns:
         name = "priority"
     admission = ADMISSION.build(name, cfg.schedule.admission_args)
-    if cfg.engine.backend == "vllm":
-        from schedrl.engine.vllm_engine import VLLMEngine
-
-        return VLLMEngine(
-            model, tokenizer, engine_config(cfg), admission, version=version, vllm_args=cfg.engine.vllm
-        )
-    return HFEngine(model, tokenizer, engine_config(cfg), admission=admission, version=version)
+    backend = ENGINES.get(cfg.engine.backend)
+    return backend.build(model, tokenizer, engine_config(cfg), admission, version, cfg.engine.vllm)
 
 
 @dataclass

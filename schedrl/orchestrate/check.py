@@ -11,9 +11,11 @@ from schedrl.algos.loss_call import loss_call
 from schedrl.algos.registry import ADVANTAGES
 from schedrl.algos.turn_credit import TURN_CREDITS
 from schedrl.config import ConfigError, RunConfig
-from schedrl.engine.vllm_engine import check_vllm_args
+from schedrl.distributed.backend import WORKER_BACKENDS
+from schedrl.engine.registry import ENGINES
 from schedrl.envs.registry import ENVIRONMENTS
 from schedrl.orchestrate.schedule import Run, check_schedule
+from schedrl.training.loggers import JSONL, LOGGERS
 
 
 def check_run(cfg: RunConfig) -> RunConfig:
@@ -24,10 +26,19 @@ def check_run(cfg: RunConfig) -> RunConfig:
             f"config field 'task.env' must be one of {', '.join(ENVIRONMENTS.names())} or a dotted path "
             f"'pkg.module:Env', got {t.env!r}"
         )
-    if e.backend not in ("builtin", "vllm"):
-        raise ConfigError(f"config field 'engine.backend' must be builtin or vllm, got {e.backend!r}")
-    if e.backend == "vllm":
-        _check_vllm(cfg)
+    try:
+        engine = ENGINES.get(e.backend)
+    except ValueError as err:
+        raise ConfigError(f"config field 'engine.backend': {err}") from None
+    try:
+        engine.check(e.vllm)
+    except ValueError as err:  # the message names the setting, quoted
+        raise ConfigError(f"config field {err}") from None
+    if e.park_slots > 0 and not engine.parks:
+        raise ConfigError(
+            f"config field 'engine.park_slots': engine backend {e.backend!r} does not park trajectories "
+            "(parks = False); its prefix cache keeps a finished turn's blocks by itself"
+        )
     try:
         loss_call(cfg.algo)  # the loss, algo.loss_args against its Args, the loss under the rest of algo
         ADVANTAGES.get(cfg.algo.advantage)
@@ -43,10 +54,19 @@ def check_run(cfg: RunConfig) -> RunConfig:
             "config field 'algo.turn_credit' is 'return_to_go': it replaces the group advantage with one per "
             f"turn and needs algo.advantage 'grpo', got {cfg.algo.advantage!r}"
         )
+    if cfg.pipeline.backend not in WORKER_BACKENDS:
+        raise ConfigError(
+            f"config field 'pipeline.backend' must be one of {', '.join(WORKER_BACKENDS.names())} or a "
+            f"dotted path 'pkg.module:Backend', got {cfg.pipeline.backend!r}"
+        )
+    known = [JSONL, *LOGGERS.names()]
+    for name in cfg.logging.backends:
+        if name not in known and ":" not in name:
+            raise ConfigError(f"config field 'logging.backends' has {name!r}; known: {', '.join(known)}")
     run = Run(
         asynchronous=cfg.pipeline.mode == "async",
         multi_turn=t.env != "single_turn",
-        parking_engine=e.backend == "builtin",
+        parking_engine=engine.parks,
         engine=e.backend,
         corrected=cfg.algo.correction != "none",
         group_size=cfg.sampling.group_size,
@@ -58,18 +78,3 @@ def check_run(cfg: RunConfig) -> RunConfig:
             "running requests between engines"
         )
     return cfg
-
-
-def _check_vllm(cfg: RunConfig) -> None:
-    """vLLM's settings, against vLLM where it is installed (elsewhere when the engine starts)."""
-    if cfg.engine.park_slots > 0:
-        raise ConfigError(
-            "config field 'engine.park_slots': engine.backend vllm does not park trajectories; its prefix "
-            "cache keeps a finished turn's blocks by itself"
-        )
-    try:
-        check_vllm_args(cfg.engine.vllm)
-    except ImportError:
-        pass  # the error names the extra when the engine starts
-    except ValueError as err:
-        raise ConfigError(f"config field {err}") from None

@@ -15,8 +15,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from schedrl.contracts.workers import Backend
 from schedrl.distributed import WorkerDiedError, WorkerStuckError, wait_built
-from schedrl.distributed.backend import worker_name
+from schedrl.distributed.backend import remote, worker_name
+from schedrl.distributed.workers import EngineWorker
 from schedrl.types import Request, Sample, group_of
 
 log = logging.getLogger(__name__)
@@ -42,7 +44,7 @@ class EngineFleet:
 
     def __init__(
         self,
-        backend: Any,
+        backend: Backend,
         cfg: dict,
         weights: Any,
         version: int,
@@ -83,10 +85,10 @@ class EngineFleet:
                 self.in_engine[r.id] = (group_of(r), i)
         for i, reqs in sorted(per_engine.items()):
             if tasks is None:
-                self.backend.call(self.engines[i], "add", reqs)
+                remote(self.backend, self.engines[i], EngineWorker.add)(reqs)
             else:
                 mine = {t: tasks[t] for t in (r.task_id for r in reqs) if t is not None and t in tasks}
-                self.backend.call(self.engines[i], "add", reqs, mine)
+                remote(self.backend, self.engines[i], EngineWorker.add)(reqs, mine)
 
     def group_of(self, request_id: str) -> str:
         return self.in_engine[request_id][0]
@@ -99,7 +101,7 @@ class EngineFleet:
         """Send `weights` (policy `version`) to every engine but `skip`; they take them between decode steps."""
         for i, engine in enumerate(self.engines):
             if i != skip:
-                self.backend.call(engine, "update_weights", weights, version)
+                remote(self.backend, engine, EngineWorker.update_weights)(weights, version)
         self.weights, self.version = weights, version
 
     def stage(self, weights: Any, version: int) -> None:
@@ -116,7 +118,7 @@ class EngineFleet:
         """Queue `run` calls on every busy engine; returns every outstanding call."""
         for i in self.busy():
             while len(self.futures[i]) < RUN_CALLS_QUEUED:
-                self.futures[i].append(self.backend.call(self.engines[i], "run", chunk_steps))
+                self.futures[i].append(remote(self.backend, self.engines[i], EngineWorker.run)(chunk_steps))
         return [f for fs in self.futures for f in fs]
 
     def collect(self, ready: Sequence) -> None:
@@ -138,13 +140,13 @@ class EngineFleet:
         for rid in request_ids:
             per_engine.setdefault(self.in_engine[rid][1], []).append(rid)
         for i, ids in sorted(per_engine.items()):
-            self.futures[i].append(self.backend.call(self.engines[i], "abort", ids))
+            self.futures[i].append(remote(self.backend, self.engines[i], EngineWorker.abort)(ids))
 
     def cut(self) -> None:
         """Abort everything in the engines; the cut samples go to `on_samples` with their prefixes."""
         while self.in_engine:
             busy = self.busy()
-            aborts = {i: self.backend.call(self.engines[i], "abort_all") for i in busy}
+            aborts = {i: remote(self.backend, self.engines[i], EngineWorker.abort_all)() for i in busy}
             for i in busy:
                 outs = [*self.futures[i], aborts[i]]
                 self.futures[i] = []
@@ -188,7 +190,7 @@ class EngineFleet:
         spans = []
         for engine in self.engines:
             try:
-                spans += self.backend.get(self.backend.call(engine, "spans"))
+                spans += self.backend.get(remote(self.backend, engine, EngineWorker.spans)())
             except WorkerDiedError:
                 continue
         return spans

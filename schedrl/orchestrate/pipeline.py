@@ -19,13 +19,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any
 
 from schedrl.config import config_to_dict
+from schedrl.contracts.workers import Backend
 from schedrl.data import scored_groups
 from schedrl.distributed import WorkerDiedError, WorkerStuckError, make_backend, stuck_message, wait_built
-from schedrl.distributed.backend import worker_name
-from schedrl.distributed.workers import cpu_weights
+from schedrl.distributed.backend import remote, worker_name
+from schedrl.distributed.workers import EngineWorker, LearnerWorker, cpu_weights
 from schedrl.orchestrate.after_update import StepCallback, after_update, pauses_after
 from schedrl.orchestrate.buffer import Group
 from schedrl.orchestrate.build import Components, sampling_params
@@ -47,8 +47,8 @@ class Pipeline:
     """The asynchronous pipeline's books: the group buffer, the sample ledger, versions and the updates
     in flight. It admits, consumes and syncs weights through its policies; `run` drives it to the end."""
 
-    def __init__(self, c: Components, backend: Any, on_step: StepCallback | None = None) -> None:
-        self.c, self.cfg, self.p = c, c.cfg, c.cfg.pipeline
+    def __init__(self, c: Components, backend: Backend, on_step: StepCallback | None = None) -> None:
+        self.components, self.cfg, self.settings = c, c.cfg, c.cfg.pipeline
         self.schedule = c.cfg.schedule
         self.backend, self.on_step = backend, on_step
         self.budget = self.cfg.sampling.prompts_per_step * self.cfg.sampling.group_size  # samples per update
@@ -70,7 +70,13 @@ class Pipeline:
         self.weights = backend.put(cpu_weights(c.model))
         cfg = config_to_dict(self.cfg)
         self.fleet = EngineFleet(
-            backend, cfg, self.weights, self.version, self.p.num_engines, self._on_samples, self._on_restart
+            backend,
+            cfg,
+            self.weights,
+            self.version,
+            self.settings.num_engines,
+            self._on_samples,
+            self._on_restart,
         )
         self.fleet.restarts = restarts
         ckpt = latest_checkpoint(c.run.ckpt_dir)
@@ -78,7 +84,7 @@ class Pipeline:
         # the stuck clock starts once every worker is built: loading a model is not a call
         # (engines first: on threads the learner builds after them, and is not reported as slow for it)
         for workers in (self.fleet.named(range(len(self.fleet.engines))), [("learner", self.learner)]):
-            wait_built(backend, workers, self.p.worker_timeout_s or None)
+            wait_built(backend, workers, self.settings.worker_timeout_s or None)
 
     @property
     def engines(self) -> list:
@@ -97,13 +103,13 @@ class Pipeline:
         """The next batch, as the consumption policy plans it from the data scheduler's; its groups join
         the buffer, not yet admitted. False while the policy cannot plan it yet."""
         w = self.next_wave
-        plan = self.consumption.plan(self.c.data.next_batch, w)
+        plan = self.consumption.plan(self.components.data.next_batch, w)
         if plan is None:
             return False
         tasks = [t for t, _, _ in plan]
         reqs = group_requests(
             tasks,
-            self.c.tokenizer,
+            self.components.tokenizer,
             sampling_params(self.cfg),
             [n for _, n, _ in plan],
             seed=self.cfg.seed,
@@ -155,7 +161,7 @@ class Pipeline:
         # an episode comes scored by its environment; everything else is scored here
         finished = [s for s in samples if s.finish_reason != "aborted" and s.reward is None]
         tasks = {t.id: t for t in (self.groups[group_of(s)].task for s in finished)}
-        rewards = self.c.scorer(tasks, finished) if finished else []
+        rewards = self.components.scorer(tasks, finished) if finished else []
         for s in samples:
             if s.finish_reason == "aborted":
                 self.groups[group_of(s)].partial[s.sample_index] = s
@@ -212,11 +218,11 @@ class Pipeline:
             [r.id for g in [*groups, *dropped] for r in g.requests if r.id in self.fleet.in_engine]
         )
         batch = UpdateBatch.of(groups, self.started, self.bound, self.schedule.stale, self.cfg.algo)
-        self.c.data.observe(scored_groups([g.task for g in groups], batch.samples, batch.rewards, batch.adv))
-        payload = batch.payload(self.bound.k)
-        self.learner_futures.append(
-            self.backend.call(self.learner, "update", payload, self.started, num_returns=2)
+        self.components.data.observe(
+            scored_groups([g.task for g in groups], batch.samples, batch.rewards, batch.adv)
         )
+        update = remote(self.backend, self.learner, LearnerWorker.update, returns=2)
+        self.learner_futures.append(update(batch.learner_batch(self.bound.k), self.started))
         self.batch_metrics.append(
             {**batch.record_metrics(self.bound, len(self.dropped)), **self.consumption.metrics()}
         )
@@ -229,14 +235,14 @@ class Pipeline:
             self._admit()
             if self._may_queue_update() and not self._launch_update():
                 self._admit()  # dropping stale groups may have made room
-            futures = self.fleet.keep_running(self.p.engine_chunk_steps)
+            futures = self.fleet.keep_running(self.settings.engine_chunk_steps)
             futures += [self.learner_futures[0][0]] if self.learner_futures else []
             if not futures:
                 raise RuntimeError(
                     f"pipeline stalled at update {self.started}: nothing in the engines, no batch "
                     f"ready ({len(self.groups)} groups buffered)"
                 )
-            ready = self.backend.wait(futures, timeout=self.p.worker_timeout_s or None)
+            ready = self.backend.wait(futures, timeout=self.settings.worker_timeout_s or None)
             if not ready:
                 self._stuck()
                 continue
@@ -250,7 +256,7 @@ class Pipeline:
         engines = [i for i in range(len(self.fleet.engines)) if self.fleet.futures[i]]
         waiting = [(worker_name(i, len(self.fleet.engines)), self.fleet.engines[i]) for i in engines]
         waiting += [("learner", self.learner)] if self.learner_futures else []
-        message = stuck_message(waiting, self.backend, self.p.worker_timeout_s)
+        message = stuck_message(waiting, self.backend, self.settings.worker_timeout_s)
         log.error(message)
         if self.backend.name == "ray" and engines and not self.learner_futures:
             for i in engines:
@@ -277,8 +283,8 @@ class Pipeline:
         metrics = {
             **batch,
             **stats,
-            "reward_errors": float(self.c.scorer.errors),
-            **self.c.scorer.take_metrics(),
+            "reward_errors": float(self.components.scorer.errors),
+            **self.components.scorer.take_metrics(),
             **timing_metrics(batch["gen_tokens"], now - self.last_done_t, stats.pop("train_s", 0.0)),
             "engine_restarts": float(self.fleet.restarts),
         }
@@ -286,31 +292,32 @@ class Pipeline:
         self._after_update(self.version, metrics)
 
     def _after_update(self, done: int, metrics: dict) -> None:
-        after_update(self.c, done, metrics, self.on_step, self.sync_local_weights, self.checkpoint)
+        after_update(self.components, done, metrics, self.on_step, self.sync_local_weights, self.checkpoint)
 
     def sync_local_weights(self) -> None:
         """Load the latest weights into this process's model and engine (evaluation)."""
         w = self.backend.get(self.weights) if not isinstance(self.weights, dict) else self.weights
-        self.c.model.load_state_dict(w)
-        self.c.engine.update_weights(w, self.version)
+        self.components.model.load_state_dict(w)
+        self.components.engine.update_weights(w, self.version)
 
     def checkpoint(self, done: int) -> None:
         """Cut the engines so the buffer holds every unconsumed sample, save, then resume generation."""
         self.fleet.cut()
         self.fleet.flush()
         self.write_timeline()
-        self.c.state["pipeline"] = self.state_dict()
-        self.c.state["data"] = self.c.data.state_dict()
-        self.c.logger.sync()
-        self.backend.get(self.backend.call(self.learner, "save_checkpoint", done, self.c.state))
+        self.components.state["pipeline"] = self.state_dict()
+        self.components.state["data"] = self.components.data.state_dict()
+        self.components.logger.sync()
+        save = remote(self.backend, self.learner, LearnerWorker.save_checkpoint)
+        self.backend.get(save(done, self.components.state))
         if done < self.cfg.steps:
             self._resend_cut()
 
     def write_timeline(self) -> None:
         spans = self.fleet.spans()
         with contextlib.suppress(WorkerDiedError):
-            spans += self.backend.get(self.backend.call(self.learner, "spans"))
-        append_spans(self.c.run.root / TIMELINE_FILE, sorted(spans, key=lambda s: s.start))
+            spans += self.backend.get(remote(self.backend, self.learner, LearnerWorker.spans)())
+        append_spans(self.components.run.root / TIMELINE_FILE, sorted(spans, key=lambda s: s.start))
 
     # ---- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -375,7 +382,7 @@ def run_pipeline(c: Components, on_step: StepCallback | None = None) -> None:
                 # state of a newer one in the same process with it.
                 for engine in pipe.engines:
                     try:
-                        pipe.backend.get(pipe.backend.call(engine, "close"))
+                        pipe.backend.get(remote(pipe.backend, engine, EngineWorker.close)())
                     except Exception as err:
                         log.warning("could not close an engine: %s", err)
     finally:

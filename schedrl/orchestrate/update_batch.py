@@ -13,6 +13,7 @@ import torch
 from schedrl.algos import registry
 from schedrl.algos.turn_credit import per_token, turn_advantages
 from schedrl.config import AlgoConfig
+from schedrl.contracts.workers import LearnerBatch
 from schedrl.orchestrate.buffer import Group
 from schedrl.orchestrate.staleness import StalenessBound
 from schedrl.orchestrate.step_metrics import rollout_metrics, scheduler_metrics
@@ -66,19 +67,19 @@ class UpdateBatch:
             update, samples, masks, rewards, index, adv, learner_advantages(algo, samples, index, adv), plan
         )
 
-    def payload(self, max_staleness: int) -> dict:
-        """What the learner worker's `update` reads: plain lists, so it crosses process boundaries."""
+    def learner_batch(self, max_staleness: int) -> LearnerBatch:
+        """What the learner worker's `update` trains on: plain lists, so it crosses process boundaries."""
         s = self.samples
-        return {
-            "prompt_ids": [list(x.prompt_ids) for x in s],
-            "token_ids": [list(x.token_ids) for x in s],
-            "logprobs": [list(x.logprobs) for x in s],
-            "versions": [list(x.versions) for x in s],
-            "train_mask": self.masks,
-            "advantages": self.learner_adv.tolist(),
-            "request_ids": [x.request_id for x in s],
-            "max_staleness": max_staleness,
-        }
+        return LearnerBatch(
+            prompt_ids=[list(x.prompt_ids) for x in s],
+            token_ids=[list(x.token_ids) for x in s],
+            logprobs=[list(x.logprobs) for x in s],
+            versions=[list(x.versions) for x in s],
+            train_mask=self.masks,
+            advantages=self.learner_adv.tolist(),
+            request_ids=[x.request_id for x in s],
+            max_staleness=max_staleness,
+        )
 
     def record_metrics(self, bound: StalenessBound, dropped_so_far: int) -> dict[str, float]:
         """The batch's metrics; counts its trained tokens' staleness into `bound`'s run histogram."""

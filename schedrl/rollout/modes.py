@@ -14,9 +14,21 @@ schedule that asks for more is refused at resolution, naming the mode and the pr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from schedrl.registry import Registry, check_arg
+
+
+class RolloutMode(Protocol):
+    """A way of producing a step's samples. Promises: `multi_turn` and `asynchronous` say truthfully
+    whether it can run beside episodes and in the asynchronous pipeline (a schedule asking for more is
+    refused, naming the property); `check_run` refuses a run's sampling it cannot serve."""
+
+    multi_turn: bool
+    asynchronous: bool
+
+    def check_run(self, group_size: int) -> None: ...
+
 
 ROLLOUT_MODES: Registry[type] = Registry("rollout mode")
 

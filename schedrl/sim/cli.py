@@ -76,7 +76,7 @@ def write_outputs(out: Path, r: SimResult, summary: dict, extra_html: str = "") 
     (out / TIMELINE_FILE).unlink(missing_ok=True)
     append_spans(out / TIMELINE_FILE, [sp for sp in r.spans if sp.worker in keep])
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    from schedrl.report import write_report
+    from schedrl.gantt import write_report
 
     write_report(out, extra_html)
 

@@ -69,7 +69,9 @@ class ClusterSection:
 
 
 @dataclass
-class EngineSection:
+class EngineCostSection:
+    """The engine's cost coefficients (the run config's `EngineSection` holds a real engine's settings)."""
+
     mbu: float = 0.6  # fraction of HBM bandwidth a decode step achieves
     mfu: float = 0.4  # fraction of peak FLOP/s a step achieves
     overhead_s: float = 0.005  # per decode step
@@ -101,7 +103,7 @@ class Scenario:
     model: ModelSection = field(default_factory=ModelSection)
     workload: WorkloadSection = field(default_factory=WorkloadSection)
     cluster: ClusterSection = field(default_factory=ClusterSection)
-    engine: EngineSection = field(default_factory=EngineSection)
+    engine: EngineCostSection = field(default_factory=EngineCostSection)
     learner: LearnerCost = field(default_factory=LearnerCost)
     sync: SyncCost = field(default_factory=SyncCost)
     schedule: Schedule = field(default_factory=Schedule)

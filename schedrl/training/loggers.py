@@ -15,7 +15,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-BACKENDS = ("jsonl", "tensorboard", "wandb", "mlflow")
+from schedrl.registry import Registry
+
+# The mirrors of `metrics.jsonl`, each built as cls(root, purge_step, options, config); "jsonl" alone
+# names the file itself, which the run directory always writes.
+LOGGERS: Registry[Any] = Registry("logging backend")
+JSONL = "jsonl"
 EXTRAS = {"wandb": ("wandb", "W&B client"), "mlflow": ("mlflow", "MLflow client")}
 
 
@@ -47,8 +52,13 @@ def _require(backend: str) -> Any:
         ) from None
 
 
+@LOGGERS.register("tensorboard")
 class TensorBoardSink:
-    def __init__(self, root: Path, purge_step: int | None) -> None:
+    """TensorBoard event files under `root/tb`; a resumed run purges the events past its checkpoint"""
+
+    def __init__(
+        self, root: Path, purge_step: int | None, options: Mapping[str, Any], config: Mapping[str, Any]
+    ) -> None:
         from torch.utils.tensorboard import SummaryWriter  # heavy import, only when logging
 
         self.writer = SummaryWriter(str(root / "tb"), purge_step=purge_step)
@@ -64,10 +74,13 @@ class TensorBoardSink:
         self.writer.close()
 
 
+@LOGGERS.register("wandb")
 class WandbSink:
     """One W&B run per run directory (its id in `wandb_id`), files under `root/wandb`."""
 
-    def __init__(self, root: Path, options: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+    def __init__(
+        self, root: Path, purge_step: int | None, options: Mapping[str, Any], config: Mapping[str, Any]
+    ) -> None:
         wandb = _require("wandb")
         run_id, existed = _run_id(root, "wandb_id")
         self.run = wandb.init(
@@ -91,12 +104,15 @@ class WandbSink:
         self.run.finish()
 
 
+@LOGGERS.register("mlflow")
 class MLflowSink:
     """One MLflow run per run directory (its id in `mlflow_run_id`); the store defaults to a file store
     in `root/mlruns` (MLflow 3 keeps file stores in maintenance mode: `logging.mlflow_tracking_uri` can
     name a database or a server instead)."""
 
-    def __init__(self, root: Path, options: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+    def __init__(
+        self, root: Path, purge_step: int | None, options: Mapping[str, Any], config: Mapping[str, Any]
+    ) -> None:
         mlflow = _require("mlflow")
         from mlflow.tracking import MlflowClient
 
@@ -156,16 +172,5 @@ def make_sinks(
     options: Mapping[str, Any],
     config: Mapping[str, Any],
 ) -> list[Sink]:
-    sinks: list[Sink] = []
-    for name in backends:
-        if name == "jsonl":
-            continue  # metrics.jsonl is always written
-        if name == "tensorboard":
-            sinks.append(TensorBoardSink(root, purge_step))
-        elif name == "wandb":
-            sinks.append(WandbSink(root, options, config))
-        elif name == "mlflow":
-            sinks.append(MLflowSink(root, options, config))
-        else:
-            raise ValueError(f"unknown logging backend {name!r} (known: {', '.join(BACKENDS)})")
-    return sinks
+    """The mirrors `backends` name (`LOGGERS`, or `pkg.module:Sink`); `metrics.jsonl` is always written."""
+    return [LOGGERS.get(name)(root, purge_step, options, config) for name in backends if name != JSONL]

@@ -35,6 +35,10 @@ class ToolCall:
 
 
 class CallParser(Protocol):
+    """Tool calls in a model turn. Promises: `parse` finds every call the turn makes (none: the turn is
+    an answer), each naming a tool of `tools`; `format_results` writes the outputs in call order, as the
+    text the model reads next; `stop` ends a turn that makes calls."""
+
     stop: str  # the closing tag: the turn's stop string
 
     def parse(self, text: str, tools: Mapping[str, Tool]) -> list[ToolCall]:

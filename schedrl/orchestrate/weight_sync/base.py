@@ -17,6 +17,10 @@ if TYPE_CHECKING:
 
 
 class WeightSync(Protocol):
+    """When new weights reach the engines. Promises: every version reaches the engines (a newer staged
+    one may replace an older one that never ran); `off_policy` is True if one sample's tokens can come
+    from more than one version; `admits` is False only while weights wait for the engines to drain."""
+
     off_policy: bool  # whether tokens of one sample can come from more than one version
 
     def on_update(self, fleet: EngineFleet, weights: Any, version: int, resend: Callable[[], None]) -> None:

@@ -57,6 +57,10 @@ class Back:
 
 @runtime_checkable
 class ToolWaitPolicy(Protocol):
+    """What a trajectory holds while its tool runs (the module's docstring gives each method's rule).
+    Promises: `parks` is True if `keep_s` can be > 0, `orders_returns` if `priority` can be non-zero,
+    `lockstep` if answers are held until the whole batch has answered."""
+
     lockstep: bool
     parks: bool
     orders_returns: bool

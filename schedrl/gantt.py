@@ -1,4 +1,5 @@
-"""`schedrl report RUN_DIR`: a Gantt chart of the run's timeline and each worker's idle fraction.
+"""The Gantt chart of a run's timeline and each worker's idle fraction (a part of `schedrl report`, whose
+page is `schedrl.run_report`; `schedrl simulate --out DIR` draws a simulated run's).
 
 Writes ``timeline.png`` and ``timeline.html`` (one self-contained file: the chart as
 inline SVG, every span with a hover title, and the idle table) into the run directory.
