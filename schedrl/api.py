@@ -122,6 +122,8 @@ def resolve_config(
     the file."""
     from schedrl.orchestrate.check import check_run
 
+    if isinstance(config, RunConfig) and not overrides and not sets:
+        return check_run(config)  # resolved already: checked as it is, not rebuilt from a dict
     return _resolve(lambda data, sets: check_run(config_from_dict(data, sets)), config, overrides, sets)
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from schedrl.api import resolve_config
-from schedrl.config import ConfigError, config_from_dict, config_to_dict
+from schedrl.config import ConfigError, config_from_dict
 from schedrl.distributed import EngineWorker
 from schedrl.distributed.workers import cpu_weights
 from schedrl.envs import make_task
@@ -259,7 +259,7 @@ def test_resumed_async_run_loses_and_repeats_no_sample(tmp_path, pipeline):
 
 
 def test_resumed_partial_sample_continues_exactly_within_budget(tokenizer):
-    cfg = config_to_dict(config_from_dict({}))
+    cfg = config_from_dict({})
     weights = cpu_weights(load_policy(config_from_dict({}), None, torch.device("cpu"))[0])
     task = make_task("sort").sample("train", 1, seed=1)[0]
     requests = group_requests(

@@ -164,9 +164,7 @@ class ShuffledBackend(LocalBackend):
         self.rng, self.fake_learner = rng, learner
 
     def start_engine(self, cfg, weights, version, index=0):
-        from schedrl.config import config_from_dict
-
-        return FakeEngine(config_from_dict(cfg), weights, version)
+        return FakeEngine(cfg, weights, version)
 
     def start_learner(self, cfg, run_root, checkpoint):
         return self.fake_learner

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from schedrl.config import RunConfig
 from schedrl.types import Request
 
 
@@ -48,9 +49,9 @@ class Backend(Protocol):
     name: str
     timeout_s: float | None
 
-    def start_engine(self, cfg: dict, weights: Any, version: int, index: int = 0) -> Any: ...
+    def start_engine(self, cfg: RunConfig, weights: Any, version: int, index: int = 0) -> Any: ...
 
-    def start_learner(self, cfg: dict, run_root: str, checkpoint: str | None) -> Any: ...
+    def start_learner(self, cfg: RunConfig, run_root: str, checkpoint: str | None) -> Any: ...
 
     def call(self, worker: Any, method: str, *args: Any, num_returns: int = 1) -> Any: ...
 

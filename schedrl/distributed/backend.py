@@ -29,6 +29,7 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec
 
+from schedrl.config import RunConfig
 from schedrl.contracts.workers import Backend
 from schedrl.distributed.workers import EngineWorker, LearnerWorker
 from schedrl.registry import Registry
@@ -119,11 +120,11 @@ class LocalBackend:
         """One process, one call at a time: the placement does not apply."""
         return cls()
 
-    def start_engine(self, cfg: dict, weights: Any, version: int, index: int = 0) -> EngineWorker:
-        name = worker_name(index, cfg["pipeline"]["num_engines"])
+    def start_engine(self, cfg: RunConfig, weights: Any, version: int, index: int = 0) -> EngineWorker:
+        name = worker_name(index, cfg.pipeline.num_engines)
         return EngineWorker(cfg, self._resolve(weights), version, name=name)
 
-    def start_learner(self, cfg: dict, run_root: str, checkpoint: str | None) -> LearnerWorker:
+    def start_learner(self, cfg: RunConfig, run_root: str, checkpoint: str | None) -> LearnerWorker:
         return LearnerWorker(cfg, run_root, checkpoint)
 
     def _resolve(self, x: Any) -> Any:
@@ -232,12 +233,12 @@ class ThreadBackend:
         self.workers.append(worker)
         return worker
 
-    def start_engine(self, cfg: dict, weights: Any, version: int, index: int = 0) -> _ThreadWorker:
+    def start_engine(self, cfg: RunConfig, weights: Any, version: int, index: int = 0) -> _ThreadWorker:
         name = worker_name(index, self.num_engines)
         cores = self.engine_cores[index]
         return self.start_worker(name, EngineWorker, cfg, self._resolve(weights), version, cores, 1, name)
 
-    def start_learner(self, cfg: dict, run_root: str, checkpoint: str | None) -> _ThreadWorker:
+    def start_learner(self, cfg: RunConfig, run_root: str, checkpoint: str | None) -> _ThreadWorker:
         return self.start_worker("learner", LearnerWorker, cfg, run_root, checkpoint, self.learner_cores, 1)
 
     @staticmethod
@@ -369,13 +370,13 @@ class RayBackend:
         # can be located while it runs
         return self.ray.remote(num_cpus=cpus, max_restarts=0, concurrency_groups={"watchdog": 1})(cls)
 
-    def start_engine(self, cfg: dict, weights: Any, version: int, index: int = 0):
+    def start_engine(self, cfg: RunConfig, weights: Any, version: int, index: int = 0):
         actor = self._actor(EngineWorker, self.engine_ask)
         name = worker_name(index, self.num_engines)
         handle = actor.remote(cfg, weights, version, self.engine_cores[index], self.engine_cpus, name)
         return self._named(name, handle)
 
-    def start_learner(self, cfg: dict, run_root: str, checkpoint: str | None):
+    def start_learner(self, cfg: RunConfig, run_root: str, checkpoint: str | None):
         actor = self._actor(LearnerWorker, self.learner_ask)
         handle = actor.remote(cfg, run_root, checkpoint, self.learner_cores, self.learner_cpus)
         return self._named("learner", handle)

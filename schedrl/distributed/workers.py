@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from schedrl.config import RunConfig, config_from_dict
+from schedrl.config import RunConfig
 from schedrl.contracts.workers import LearnerBatch
 from schedrl.timeline import Recorder, Span
 from schedrl.training.batch import collate
@@ -71,7 +71,7 @@ class EngineWorker(Inspectable):
 
     def __init__(
         self,
-        cfg: dict,
+        cfg: RunConfig,
         weights: dict[str, torch.Tensor],
         version: int,
         cores=None,
@@ -82,7 +82,7 @@ class EngineWorker(Inspectable):
         from schedrl.orchestrate.build import load_policy, make_engine
 
         pin(cores, threads)
-        self.cfg: RunConfig = config_from_dict(cfg)
+        self.cfg = cfg  # resolved once, by the driver; a Ray actor gets a pickled copy
         model, self.tokenizer = load_policy(self.cfg, self.cfg.model.path, torch.device("cpu"))
         model.load_state_dict(weights)
         self.engine = make_engine(self.cfg, model, self.tokenizer, version=version)
@@ -152,12 +152,12 @@ class EngineWorker(Inspectable):
 class LearnerWorker(Inspectable):
     """The policy, its optimizer and the loss; trains on scored samples and hands back weights."""
 
-    def __init__(self, cfg: dict, run_root: str, checkpoint: str | None, cores=None, threads=None):
+    def __init__(self, cfg: RunConfig, run_root: str, checkpoint: str | None, cores=None, threads=None):
         from schedrl.models import default_device
         from schedrl.orchestrate.build import REF_MODEL_DIR, load_policy, make_learner
 
         pin(cores, threads)
-        self.cfg: RunConfig = config_from_dict(cfg)
+        self.cfg = cfg
         self.root = Path(run_root)
         device = default_device()
         path = Path(checkpoint) / "model" if checkpoint else self.cfg.model.path

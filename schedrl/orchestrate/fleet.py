@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from schedrl.config import RunConfig
 from schedrl.contracts.workers import Backend
 from schedrl.distributed import WorkerDiedError, WorkerStuckError, wait_built
 from schedrl.distributed.backend import remote, worker_name
@@ -45,7 +46,7 @@ class EngineFleet:
     def __init__(
         self,
         backend: Backend,
-        cfg: dict,
+        cfg: RunConfig,
         weights: Any,
         version: int,
         num_engines: int,
@@ -57,9 +58,7 @@ class EngineFleet:
         self.weights, self.version = weights, version  # the weights the engines hold (or will, once pushed)
         self.staged: tuple[Any, int] | None = None  # weights waiting to be pushed (see `stage`)
         self.restarts = 0
-        self.divide = bool(
-            cfg["schedule"]["divide_groups"]
-        )  # each request on its own: Seer's divided rollout
+        self.divide = bool(cfg.schedule.divide_groups)  # each request on its own: Seer's divided rollout
         self.in_engine: dict[str, tuple[str, int]] = {}  # request id -> (group id, engine index)
         self.engines = [backend.start_engine(cfg, weights, version, i) for i in range(num_engines)]
         self.futures: list[list] = [[] for _ in self.engines]  # each engine's outstanding `run` calls
@@ -178,7 +177,7 @@ class EngineFleet:
         self.futures[i] = []
         self.flush(skip=i)  # every engine gets the latest weights: the new one starts on them
         self.engines[i] = self.backend.start_engine(self.cfg, self.weights, self.version, i)
-        wait_built(self.backend, self.named([i]), self.cfg["pipeline"]["worker_timeout_s"] or None)
+        wait_built(self.backend, self.named([i]), self.cfg.pipeline.worker_timeout_s or None)
         lost = [rid for rid, (_, e) in self.in_engine.items() if e == i]
         self.on_restart(i, {self.in_engine.pop(rid)[0] for rid in lost})
 

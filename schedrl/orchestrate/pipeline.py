@@ -20,7 +20,6 @@ import contextlib
 import logging
 import time
 
-from schedrl.config import config_to_dict
 from schedrl.contracts.workers import Backend
 from schedrl.data import scored_groups
 from schedrl.distributed import WorkerDiedError, WorkerStuckError, make_backend, stuck_message, wait_built
@@ -68,10 +67,9 @@ class Pipeline:
         if "pipeline" in c.state:
             restarts = self.load_state_dict(c.state["pipeline"])
         self.weights = backend.put(cpu_weights(c.model))
-        cfg = config_to_dict(self.cfg)
         self.fleet = EngineFleet(
             backend,
-            cfg,
+            self.cfg,
             self.weights,
             self.version,
             self.settings.num_engines,
@@ -80,7 +78,7 @@ class Pipeline:
         )
         self.fleet.restarts = restarts
         ckpt = latest_checkpoint(c.run.ckpt_dir)
-        self.learner = backend.start_learner(cfg, str(c.run.root), ckpt and str(ckpt))
+        self.learner = backend.start_learner(self.cfg, str(c.run.root), ckpt and str(ckpt))
         # the stuck clock starts once every worker is built: loading a model is not a call
         # (engines first: on threads the learner builds after them, and is not reported as slow for it)
         for workers in (self.fleet.named(range(len(self.fleet.engines))), [("learner", self.learner)]):
