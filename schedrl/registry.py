@@ -59,6 +59,7 @@ class Registry(Generic[T]):
         """`kind` names one entry in messages ("unknown task 'x'"); `listing` heads the valid names."""
         self.kind, self.listing = kind, listing
         self._entries: dict[str, tuple[T, str]] = {}
+        self._lazy: dict[str, str] = {}  # name -> "pkg.module:Name", imported on first use
 
     def register(self, name: str, description: str = "") -> Callable[[E], E]:
         """Decorator storing its target under `name`; the description defaults to its docstring's first line.
@@ -69,6 +70,18 @@ class Registry(Generic[T]):
             return obj
 
         return wrap
+
+    def add_lazy(self, name: str, path: str) -> None:
+        """Register the object at `path` (`pkg.module:Name`) as `name` without importing it: a package
+        that must not import another (core and a satellite) can still name its entries."""
+        if name in self._entries or name in self._lazy:
+            raise ValueError(f"{self.kind} {name!r} is already registered")
+        self._lazy[name] = path
+
+    def _load(self, name: str) -> None:
+        obj = load_object(self._lazy[name], self.kind)  # a path that does not import stays, and fails again
+        del self._lazy[name]
+        self.add(name, obj)  # type: ignore[arg-type]
 
     def add(self, name: str, obj: T, description: str = "") -> None:
         if name in self._entries:
@@ -88,6 +101,8 @@ class Registry(Generic[T]):
         valid names (or naming the path that does not import) otherwise."""
         if isinstance(name, str) and ":" in name:
             return load_object(name, self.kind)  # type: ignore[return-value]
+        if name in self._lazy:
+            self._load(name)
         if name not in self._entries:
             raise ValueError(f"unknown {self.kind} {name!r}; {self.listing}: {', '.join(self.names())}")
         return self._entries[name][0]
@@ -122,17 +137,19 @@ class Registry(Generic[T]):
         return obj(*context) if checked is None else obj(*context, checked)
 
     def names(self) -> list[str]:
-        return sorted(self._entries)
+        return sorted([*self._entries, *self._lazy])
 
     def available(self) -> dict[str, str]:
-        """`{name: description}`, sorted by name."""
+        """`{name: description}`, sorted by name (lazy entries are imported for their docstrings)."""
+        for name in list(self._lazy):
+            self._load(name)
         return {name: self._entries[name][1] for name in self.names()}
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries or (isinstance(name, str) and ":" in name)
+        return name in self._entries or name in self._lazy or (isinstance(name, str) and ":" in name)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._entries) + len(self._lazy)

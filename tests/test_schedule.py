@@ -210,3 +210,17 @@ def test_a_config_saved_before_the_schedule_section_resumes(tmp_path: Path):
     path.write_text(yaml.safe_dump(pruned))
     s = load_config(path, saved=True).schedule
     assert (s.rollout, s.rollout_args) == ("pruning", {"keep": 4, "mode": "keep"})
+
+
+def test_a_lazy_entry_is_imported_on_first_use():
+    from schedrl.registry import Registry
+
+    r: Registry = Registry("policy")
+    r.add_lazy("ordered", "collections:OrderedDict")
+    assert "ordered" in r and r.names() == ["ordered"]
+    import collections
+
+    assert r.get("ordered") is collections.OrderedDict
+    r.add_lazy("broken", "no_such_module:Thing")
+    with pytest.raises(ValueError, match="policy 'no_such_module:Thing': cannot import module"):
+        r.get("broken")

@@ -17,12 +17,6 @@ from schedrl.envs.environment import Environment, SingleTurnEnv, build_environme
 from schedrl.envs.guess import GuessEnv, GuessTask
 from schedrl.envs.longtail import LongtailMix
 from schedrl.envs.math_words import MathWordTask
-from schedrl.envs.scheduling.activity import ActivityTask
-from schedrl.envs.scheduling.jssp_text import JobShopTextTask
-from schedrl.envs.scheduling.lis import LISTask
-from schedrl.envs.scheduling.mix import ScheduleMix
-from schedrl.envs.scheduling.rcpsp import RCPSPTask
-from schedrl.envs.scheduling.repair import RepairEnv
 from schedrl.envs.tiered import TieredMix
 from schedrl.envs.tool_env import tool_env
 from schedrl.envs.user import FileTask
@@ -41,13 +35,17 @@ for _name, _factory in (
     ("guess", GuessTask),
     ("linear_code", LinearCodeTask),
     ("math_words", MathWordTask),
-    ("activity", ActivityTask),
-    ("lis", LISTask),
-    ("jssp_text", JobShopTextTask),
-    ("rcpsp", RCPSPTask),
-    ("sched_tiered", ScheduleMix),
 ):
     TASKS.add(_name, _factory)
+# the scheduling problems live in a satellite package (`envs/scheduling/`), named here, imported on use
+for _name, _path in (
+    ("activity", "schedrl.envs.scheduling.activity:ActivityTask"),
+    ("lis", "schedrl.envs.scheduling.lis:LISTask"),
+    ("jssp_text", "schedrl.envs.scheduling.jssp_text:JobShopTextTask"),
+    ("rcpsp", "schedrl.envs.scheduling.rcpsp:RCPSPTask"),
+    ("sched_tiered", "schedrl.envs.scheduling.mix:ScheduleMix"),
+):
+    TASKS.add_lazy(_name, _path)
 
 # How a task's episodes run: `single_turn` (the prompt, one completion, the task's reward) or `tools`
 # (turns that call tools until one answers); each takes the task source first.
@@ -55,7 +53,7 @@ ENVIRONMENTS: Registry[Callable[..., Environment]] = Registry("environment")
 ENVIRONMENTS.add("single_turn", SingleTurnEnv, "the prompt, one completion, the task's reward")
 ENVIRONMENTS.add("tools", tool_env, "turns that call tools (env_args.tools) until one answers")
 ENVIRONMENTS.add("guess", GuessEnv, "the higher/lower game of the guess task: a guess per turn")
-ENVIRONMENTS.add("repair", RepairEnv, "answers to a scheduling task, each infeasible one told its violation")
+ENVIRONMENTS.add_lazy("repair", "schedrl.envs.scheduling.repair:RepairEnv")
 
 
 def make_env(name: str, source: TaskSource, **kwargs: Any) -> Environment:

@@ -29,8 +29,8 @@ from typing import cast
 import torch
 
 from schedrl.entity_attention import EntityAttentionPolicy, load_entity_policy
-from schedrl.envs.scheduling.admission_env import FEATURES, admission_features
 from schedrl.registry import check_arg
+from schedrl.rollout.admission_features import FEATURES, admission_features
 from schedrl.rollout.observe import RunningState
 from schedrl.rollout.predictors import LengthPredictor, PredictorArgs, SiblingPredictor
 from schedrl.types import Request

@@ -14,7 +14,8 @@ same workload, so an episode returns -makespan / FCFS makespan (-1: as good as F
 The observation (`admission_features`) holds only what an engine knows at admission time: the
 offered requests' predicted lengths and prompts, their arrival order, and the running batch's size
 and predicted remainders. So a policy trained here runs inside the real engine unchanged
-(`schedrl.rollout.learned.LearnedAdmission`, `engine.admission: learned`).
+(`schedrl.rollout.learned.LearnedAdmission`, `schedule.admission: learned`); the features live in core
+(`schedrl.rollout.admission_features`), which both import.
 """
 
 from __future__ import annotations
@@ -29,43 +30,9 @@ import numpy as np
 
 from schedrl.engine.base import StepStats
 from schedrl.envs.scheduling.jobshop_env import AllowedJobs
+from schedrl.rollout.admission_features import FEATURES, admission_features
 
-FEATURES = 9
 TEACHERS = ("fcfs", "lpt", "spt")  # heuristics `AdmissionEnv.teacher_action` plays (behaviour cloning)
-
-
-def admission_features(
-    predicted: Sequence[float],
-    prompts: Sequence[int],
-    running_left: Sequence[float],
-    slots: int,
-    num_waiting: int,
-    max_waiting: int,
-) -> np.ndarray:
-    """One row per offered request (in arrival order, at most `max_waiting`), padded with zero rows.
-
-    Lengths are divided by the longest predicted length in sight (offered or left to run), so the
-    features are scale-free: 0 real row, 1 predicted output, 2 prompt, 3 arrival rank, 4 running /
-    slots, 5 the longest predicted remainder running, 6 the running batch's predicted remaining work
-    per slot, 7 whether this is the longest offered, 8 waiting / (waiting + slots).
-    """
-    obs = np.zeros((max_waiting, FEATURES), dtype=np.float32)
-    k = min(len(predicted), max_waiting)
-    if k == 0:
-        return obs
-    pred = np.asarray(predicted[:k], dtype=np.float64)
-    left = np.asarray(running_left, dtype=np.float64)
-    scale = max(float(pred.max()), float(left.max()) if left.size else 0.0, 1.0)
-    obs[:k, 0] = 1.0
-    obs[:k, 1] = pred / scale
-    obs[:k, 2] = np.asarray(prompts[:k], dtype=np.float64) / scale
-    obs[:k, 3] = np.arange(k) / k
-    obs[:k, 4] = left.size / slots
-    obs[:k, 5] = (left.max() if left.size else 0.0) / scale
-    obs[:k, 6] = left.sum() / (slots * scale)
-    obs[:k, 7] = pred >= pred.max()
-    obs[:k, 8] = num_waiting / (num_waiting + slots)
-    return obs
 
 
 def teacher_choice(name: str, predicted: Sequence[float]) -> int:
