@@ -31,22 +31,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from sim_calibration import BIG  # the 1,024-GPU scenario of the simulator's own benchmark
+
 HERE = Path(__file__).resolve()
 LOOP_FILES = ("orchestrate/sync.py", "orchestrate/pipeline.py", "sim/cluster.py", "orchestrate/loop.py")
 SKIP = 2  # steps left out of a run's mean (the first compiles and warms the allocator)
 QUIET = {"logging": {"backends": ["jsonl"]}, "save_every": 0, "eval": {"tasks": 16, "k": 1}}
-BIG = {
-    "name": "1024-gpus",
-    "steps": 4,
-    "workload": {
-        "prompts_per_step": 512,
-        "group_size": 16,
-        "prompt_tokens": 256,
-        "lengths": {"kind": "lognormal", "median": 1500, "sigma": 1.0, "cap": 28672},
-    },
-    "cluster": {"gpus": 1024, "gpu": "h100", "placement": "disaggregated", "rollout_gpus": 512},
-    "learner": {"tokens_per_s_per_gpu": 1500},
-}
 
 
 def loop_lines(tree: Path) -> int:
