@@ -26,11 +26,11 @@ from schedrl.distributed import WorkerDiedError, WorkerStuckError, make_backend,
 from schedrl.distributed.backend import remote, worker_name
 from schedrl.distributed.workers import EngineWorker, LearnerWorker, cpu_weights
 from schedrl.orchestrate.after_update import StepCallback, after_update, pauses_after
+from schedrl.orchestrate.books import admit_groups, purge_stale
 from schedrl.orchestrate.buffer import Group
 from schedrl.orchestrate.build import Components, sampling_params
 from schedrl.orchestrate.fleet import EngineFleet, by_group
 from schedrl.orchestrate.schedule import make_bound, make_consumption, make_weight_sync
-from schedrl.orchestrate.staleness import expected_update, may_admit
 from schedrl.orchestrate.step_metrics import timing_metrics
 from schedrl.orchestrate.update_batch import UpdateBatch
 from schedrl.rollout import group_requests
@@ -121,21 +121,16 @@ class Pipeline:
     def _admit(self) -> None:
         if not self.weight_sync.admits(self.fleet):
             return
-        out = []
-        while True:
-            g = next((g for g in self.groups.values() if not g.admitted), None)
-            if g is None:  # every buffered group is in flight: draw the next batch
-                if not self._issue_wave():
-                    break
-                continue
-            ahead, per_update = self.consumption.position(list(self.groups.values()), g)
-            if expected_update(self.started, ahead, per_update) >= self.cfg.steps or not may_admit(
-                self.started, ahead, per_update, self.fleet.version, self.bound.k
-            ):
-                break
-            g.admitted = True
-            out += g.to_send()
-        self.fleet.send(out, self._tasks())
+        admitted = admit_groups(
+            self.groups,
+            self.consumption,
+            self.started,
+            self.cfg.steps,
+            self.fleet.version,
+            self.bound.k,
+            self._issue_wave,
+        )
+        self.fleet.send([r for g in admitted for r in g.to_send()], self._tasks())
 
     def _resend(self, groups) -> None:
         """Send every request of `groups` that is neither done nor in an engine (cut ones from their prefix)."""
@@ -176,23 +171,23 @@ class Pipeline:
     # ---- consumption ------------------------------------------------------------------------
     def _purge_stale(self, update: int) -> None:
         """Drop every sample of a complete group too stale for `update`, and groups left with fewer than two."""
-        for g in [g for g in self.groups.values() if g.admitted and g.complete]:
-            for i, smp in list(g.done.items()):
-                if self.bound.trainable(update, smp.versions, self.schedule.stale, smp.trained) is None:
-                    del g.done[i]
-                    g.dropped.append(i)
-                    self.dropped.append(smp.request_id)
-            if g.needed - len(g.dropped) < 2:  # fewer than two left to train (`trim`): no group baseline
-                self.dropped += [smp.request_id for smp in g.done.values()]
-                del self.groups[g.id]
-                # its spares (tail batching: complete before all its requests finished) are let go
-                spares = [
-                    r.id
-                    for r in g.requests
-                    if r.sample_index not in g.done and r.sample_index not in g.dropped
-                ]
-                self.abandoned += len(spares)
-                self.fleet.abort([i for i in spares if i in self.fleet.in_engine])
+        complete = [g for g in self.groups.values() if g.admitted and g.complete]
+        dropped, spent = purge_stale(
+            self.groups,
+            complete,
+            self.bound,
+            update,
+            self.schedule.stale,
+            lambda smp: smp.versions,
+            lambda smp: smp.trained,
+        )
+        self.dropped += [smp.request_id for smp in dropped]
+        for g in spent:  # its spares (tail batching: complete before all its requests finished) are let go
+            spares = [
+                r.id for r in g.requests if r.sample_index not in g.done and r.sample_index not in g.dropped
+            ]
+            self.abandoned += len(spares)
+            self.fleet.abort([i for i in spares if i in self.fleet.in_engine])
 
     def _launch_update(self) -> bool:
         """Send the next update to the learner if its batch is ready."""

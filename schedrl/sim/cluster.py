@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from schedrl.engine.admission import FCFS
+from schedrl.orchestrate.books import admit_groups, purge_stale
 from schedrl.orchestrate.schedule import make_bound, make_consumption, make_weight_sync
-from schedrl.orchestrate.staleness import expected_update, may_admit
 from schedrl.rollout.ordering import LengthOrdered
 from schedrl.rollout.predictors import LengthPredictor
 from schedrl.rollout.tool_wait import TOOL_WAITS, Back, Turn
@@ -274,25 +274,18 @@ class ClusterSim:
     def _admit(self) -> None:
         if not self.weight_sync.admits(self.fleet):
             return
-        out: list[Job] = []
-        queue, i = list(self.groups.values()), 0  # the groups in issue order; i: the first not admitted
-        while True:
-            while i < len(queue) and queue[i].admitted:
-                i += 1
-            if i == len(queue):
-                if not self._issue_wave():
-                    break  # a tail round's kind is decided when it starts: after the last is taken
-                queue = list(self.groups.values())
-                continue
-            g = queue[i]
-            ahead, per_update = self.consumption.position(queue, g)
-            if expected_update(self.started, ahead, per_update) >= self.updates or not may_admit(
-                self.started, ahead, per_update, self.fleet.version, self.bound.k
-            ):
-                break
-            g.admitted = True
+        admitted = admit_groups(
+            self.groups,
+            self.consumption,
+            self.started,
+            self.updates,
+            self.fleet.version,
+            self.bound.k,
+            self._issue_wave,
+        )
+        for g in admitted:
             self.first_admit.setdefault(g.wave, self.fleet.now)
-            out += [j for j in g.requests if j.sample_index not in g.done]
+        out = [j for g in admitted for j in g.requests if j.sample_index not in g.done]
         if out:
             self.fleet.send(out, self.s.schedule.divide_groups)
 
@@ -312,18 +305,15 @@ class ClusterSim:
         else:
             check = [g for g in self.new_complete if g.id in self.groups]
         self.new_complete = []
-        for g in check:
-            for i, job in list(g.done.items()):
-                if (
-                    self.bound.trainable(update, (job.v_min or 0, job.v_max or 0), self.s.schedule.stale)
-                    is None
-                ):
-                    del g.done[i]
-                    g.dropped.append(i)
-                    self.dropped += 1
-            if g.needed - len(g.dropped) < 2:  # fewer than two left to train: spent, as the pipeline's
-                self.dropped += len(g.done)
-                del self.groups[g.id]
+        dropped, _ = purge_stale(
+            self.groups,
+            check,
+            self.bound,
+            update,
+            self.s.schedule.stale,
+            lambda job: (job.v_min or 0, job.v_max or 0),
+        )
+        self.dropped += len(dropped)
 
     def _launch_update(self) -> bool:
         if self.started >= self.updates or self.pending:
