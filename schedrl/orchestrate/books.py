@@ -76,3 +76,18 @@ def purge_stale(
             del groups[g.id]
             spent.append(g)
     return dropped, spent
+
+
+def take_groups(groups: dict[str, Any], consumption: Any) -> tuple[list[Any], list[Any]] | None:
+    """The next update's groups as the consumption policy takes them, and the groups it abandons after
+    the take (tail batching's deferred prompts); both leave `groups`. None while no batch is ready. A
+    taken group that finished more samples than it needs trains on the first `needed` to finish."""
+    taken = consumption.take(list(groups.values()))
+    if taken is None:
+        return None
+    for g in taken:
+        del groups[g.id]
+    dropped = consumption.drop(list(groups.values()))
+    for g in dropped:
+        del groups[g.id]
+    return taken, dropped

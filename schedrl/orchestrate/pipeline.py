@@ -26,7 +26,7 @@ from schedrl.distributed import WorkerDiedError, WorkerStuckError, make_backend,
 from schedrl.distributed.backend import remote, worker_name
 from schedrl.distributed.workers import EngineWorker, LearnerWorker, cpu_weights
 from schedrl.orchestrate.after_update import StepCallback, after_update, pauses_after
-from schedrl.orchestrate.books import admit_groups, purge_stale
+from schedrl.orchestrate.books import admit_groups, purge_stale, take_groups
 from schedrl.orchestrate.buffer import Group
 from schedrl.orchestrate.build import Components, sampling_params
 from schedrl.orchestrate.fleet import EngineFleet, by_group
@@ -194,16 +194,13 @@ class Pipeline:
         if self.started >= self.cfg.steps:
             return False
         self._purge_stale(self.started)
-        groups = self.consumption.take(list(self.groups.values()))
-        if groups is None:
+        took = take_groups(self.groups, self.consumption)
+        if took is None:
             return False
+        groups, dropped = took
         for g in groups:
             g.trim()
-            del self.groups[g.id]
             self.consumed.append(g.id)
-        dropped = self.consumption.drop(list(self.groups.values()))
-        for g in dropped:
-            del self.groups[g.id]
         # spares still generating and the dropped groups' requests: aborted, their samples let go
         self.abandoned += sum(len(g.requests) - g.needed for g in groups)
         self.abandoned += sum(len(g.requests) for g in dropped)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from schedrl.engine.admission import FCFS
-from schedrl.orchestrate.books import admit_groups, purge_stale
+from schedrl.orchestrate.books import admit_groups, purge_stale, take_groups
 from schedrl.orchestrate.schedule import make_bound, make_consumption, make_weight_sync
 from schedrl.rollout.ordering import LengthOrdered
 from schedrl.rollout.predictors import LengthPredictor
@@ -254,16 +254,13 @@ class ClusterSim:
         self.next_wave += 1
         return True
 
-    def _end_round(self, taken: list[SimGroup]) -> None:
-        """After a take: the groups the policy drops (tail batching defers them) are forgotten, and when
-        the take left spares or dropped groups, every response still running is aborted (its tokens are
-        lost: a deferred prompt runs again in a long round). The pipeline aborts those requests alone;
-        here they are all that runs, since a policy with spares plans its next batch only after a take."""
+    def _end_round(self, taken: list[SimGroup], dropped: list[SimGroup]) -> None:
+        """After a take: when it left spares or dropped groups (tail batching defers them), every response
+        still running is aborted (its tokens are lost: a deferred prompt runs again in a long round). The
+        pipeline aborts those requests alone; here they are all that runs, since a policy with spares
+        plans its next batch only after a take."""
         if self.consumption.metrics().get("tail_long_round"):
             self.long_rounds.append(taken[0].wave)
-        dropped = self.consumption.drop(list(self.groups.values()))
-        for g in dropped:
-            del self.groups[g.id]
         if not dropped and all(g.needed == len(g.requests) for g in taken):
             return
         for e in self.fleet.engines:
@@ -319,13 +316,13 @@ class ClusterSim:
         if self.started >= self.updates or self.pending:
             return False
         self._purge_stale(self.started)
-        groups: list[SimGroup] | None = self.consumption.take(list(self.groups.values()))
-        if groups is None:
+        took = take_groups(self.groups, self.consumption)
+        if took is None:
             return False
-        self._end_round(groups)
+        groups, dropped = took
+        self._end_round(groups, dropped)
         tokens, ages = 0, []
         for g in groups:
-            del self.groups[g.id]
             kept = list(g.done.values())  # in the order they finished
             for job in kept[: g.needed - len(g.dropped)]:  # the first to finish (`Group.trim`)
                 tokens += job.prompt + job.length
