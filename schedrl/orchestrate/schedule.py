@@ -73,7 +73,7 @@ def check_schedule(s: Schedule, run: Run = Run(), where: str = "schedule") -> No
             f"(parks = True) and engine {run.engine!r} cannot park; its prefix cache keeps a finished "
             "turn's blocks by itself: use release or priority"
         )
-    stale = [name for name in off_policy(s) if run.asynchronous]
+    stale = off_policy(s) if run.asynchronous else []
     if stale and not run.corrected:
         raise ConfigError(
             f"config field 'algo.correction' is 'none', but {' and '.join(stale)} train on tokens from "
@@ -83,7 +83,7 @@ def check_schedule(s: Schedule, run: Run = Run(), where: str = "schedule") -> No
 
 def off_policy(s: Schedule) -> list[str]:
     """The parts of `s` that make a batch hold tokens of older weights (off_policy = True), named."""
-    out = [f"{where} {name!r}" for where, name in (("max_staleness", s.max_staleness),) if name != 0]
+    out = [f"max_staleness {s.max_staleness!r}"] if s.max_staleness != 0 else []
     for field in ("weight_sync", "consumption"):
         name = getattr(s, field)
         if POLICIES[field].get(name).off_policy:

@@ -56,7 +56,7 @@ class StepRollout:
         self.episodes = episodes
         self.engine, self.model, self.tokenizer = engine, model, tokenizer
         speculative = isinstance(mode, Speculative)
-        self.draft_versions = mode.args.draft_versions if isinstance(mode, Speculative) else 0
+        self.draft_versions = mode.args.draft_versions if speculative else 0
         self.drafts = DraftStore() if speculative else None
         self.draft_weights: dict[
             int, dict[str, torch.Tensor]
