@@ -38,7 +38,7 @@ LOOP_FILES = (
     "orchestrate/sync.py",
     "orchestrate/pipeline.py",
     "sim/cluster.py",
-    "orchestrate/books.py",
+    "orchestrate/books.py",  # b55567c..1452802: the shared admission, purge and take
     "orchestrate/loop.py",
 )
 SKIP = 2  # steps left out of a run's mean (the first compiles and warms the allocator)

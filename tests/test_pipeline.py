@@ -123,8 +123,8 @@ def test_killed_engine_is_restarted(tmp_path, ray_env):
 
         pipe = Pipeline(c, backend, on_step)
         pipe.run()
-        assert pipe.version == 4 and pipe.engine_restarts == 1 and pipe.engines[1] is not killed[0]
-        assert {e for _, e in pipe.in_engine.values()} <= {0, 1}
+        assert pipe.loop.version == 4 and pipe.fleet.restarts == 1 and pipe.engines[1] is not killed[0]
+        assert {e for _, e in pipe.fleet.in_engine.values()} <= {0, 1}
         assert {s.worker for s in read_spans(run.root / TIMELINE_FILE)} == {"engine-0", "engine-1", "learner"}
     finally:
         c.logger.close()
@@ -162,7 +162,7 @@ def test_stuck_engine_actor_is_named_with_its_stack_and_replaced(tmp_path, ray_e
         with caplog.at_level("WARNING"):
             pipe.run()
         # only the hung engine is replaced: starting an actor (or its replacement) is not counted as stuck
-        assert pipe.version == 4 and pipe.engine_restarts == 1 and pipe.engines[1] is not hung[0]
+        assert pipe.loop.version == 4 and pipe.fleet.restarts == 1 and pipe.engines[1] is not hung[0]
         logged = caplog.text
         assert "no answer from engine-1" in logged and "(pipeline.worker_timeout_s)" in logged
         assert "in hang_in_the_engine" in logged and "time_module.sleep(120)" in logged

@@ -221,8 +221,8 @@ def test_multi_turn_episodes_are_discarded_with_their_environments(tmp_path):
     pipe = Pipeline(c, LocalBackend(), on_step=lambda step, m: rows.append(m))
     pipe.run()
     assert [r["tail_long_round"] for r in rows] == [0.0, 0.0, 1.0]
-    assert pipe.abandoned == 2 * (6 * 3 - 4 * 2)  # each short round: 6 prompts x 3 launched, 4 x 2 kept
-    buffered = {r.id for g in pipe.groups.values() for r in g.requests}
+    assert pipe.loop.abandoned == 2 * (6 * 3 - 4 * 2)  # each short round: 6 prompts x 3 launched, 4 x 2 kept
+    buffered = {r.id for g in pipe.loop.groups.values() for r in g.requests}
     assert sum(worker.engine.runner.discarded for worker in pipe.engines) > 0
     for worker in pipe.engines:
         runner = worker.engine.runner

@@ -14,7 +14,8 @@
 | `CallParser` | tool calls in a model turn | `envs/tools/parsers.py` | `PARSERS` (`task.env_args.parser`) |
 | `LossSpec` | what a loss needs from the learner, and its `Args` | `algos/spec.py` | `LOSSES` (`algo.loss`) |
 | `Backend` | where workers run: Ray actors, threads, this process | `contracts/workers.py` | `WORKER_BACKENDS` (`pipeline.backend`) |
-| `Fleet`, `Trainer`, `LearnerBatch` | the engines and the learner the pipeline's loop drives | `contracts/workers.py` | |
+| `Fleet`, `Trainer`, `LearnerBatch` | the engines and the learner the pipeline's workers are | `contracts/workers.py` | |
+| `Cluster` | engines and a learner on one clock, as the loop drives them (real: `Pipeline`; virtual: `ClusterSim`) | `orchestrate/loop.py` | |
 
 Where to add X: write one file beside the others of its kind (a policy declares its arguments as a
 frozen `Args` dataclass, its rules as class attributes such as `off_policy` or `parks`), register it
@@ -46,6 +47,7 @@ HOMES = {
     "CallParser": "schedrl.envs.tools.parsers",
     "LossSpec": "schedrl.algos.spec",
     "Backend": "schedrl.contracts.workers",
+    "Cluster": "schedrl.orchestrate.loop",
     "Fleet": "schedrl.contracts.workers",
     "Trainer": "schedrl.contracts.workers",
     "LearnerBatch": "schedrl.contracts.workers",
@@ -54,6 +56,7 @@ __all__ = [
     "AdmissionPolicy",
     "Backend",
     "CallParser",
+    "Cluster",
     "Consumption",
     "DataScheduler",
     "Engine",
@@ -72,6 +75,7 @@ __all__ = [
 if TYPE_CHECKING:
     from schedrl.algos.spec import LossSpec
     from schedrl.contracts.workers import Backend, Fleet, LearnerBatch, Trainer
+    from schedrl.orchestrate.loop import Cluster
     from schedrl.data.base import DataScheduler
     from schedrl.engine.admission import AdmissionPolicy
     from schedrl.engine.base import Engine, ParkingEngine

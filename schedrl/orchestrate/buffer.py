@@ -10,6 +10,7 @@ data and serialises to JSON, so a checkpoint carries the whole buffer.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from schedrl.envs import Task
 from schedrl.types import Request, Sample, SamplingParams
@@ -47,11 +48,11 @@ def sample_from_dict(d: dict) -> Sample:
 @dataclass
 class Group:
     id: str
-    task: Task
-    requests: list[Request]  # the original requests, by sample index
+    task: Any  # a Task (the simulator's: the lengths drawn for the prompt)
+    requests: list[Any]  # the original requests (`Request`s), by sample index
     wave: int = 0  # the data-scheduler batch it came from
     admitted: bool = False
-    done: dict[int, Sample] = field(default_factory=dict)  # finished and scored, by sample index
+    done: dict[int, Any] = field(default_factory=dict)  # finished (and scored) samples, by sample index
     partial: dict[int, Sample] = field(default_factory=dict)  # cut by an abort, waiting to resume
     dropped: list[int] = field(default_factory=list)  # finished, then dropped as too stale to train on
     need: int = 0  # finished samples that complete it (0: every request); the rest are spares

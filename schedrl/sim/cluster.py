@@ -26,40 +26,14 @@ from typing import Any
 import numpy as np
 
 from schedrl.engine.admission import FCFS
-from schedrl.orchestrate.books import admit_groups, purge_stale, take_groups
-from schedrl.orchestrate.schedule import make_bound, make_consumption, make_weight_sync
+from schedrl.orchestrate.buffer import Group
+from schedrl.orchestrate.loop import Finished, Loop
 from schedrl.rollout.ordering import LengthOrdered
 from schedrl.rollout.predictors import LengthPredictor
 from schedrl.rollout.tool_wait import TOOL_WAITS, Back, Turn
 from schedrl.sim.engine import Job, SimEngine
 from schedrl.sim.scenario import Scenario
 from schedrl.timeline import Span
-
-
-@dataclass(eq=False)
-class SimGroup:
-    """A `schedrl.orchestrate.buffer.Group` where the consumption policies look."""
-
-    id: str
-    wave: int
-    requests: list[Job]
-    admitted: bool = False
-    done: dict[int, Job] = field(default_factory=dict)
-    dropped: list[int] = field(default_factory=list)
-    lengths: Any = None  # (responses, 2): each response's true and predicted length, as drawn
-    need: int = 0  # finished responses that complete it (0: all); tail batching's spares are the rest
-
-    @property
-    def task(self) -> Any:
-        return self.lengths  # what tail batching defers: the prompt, as the lengths drawn for it
-
-    @property
-    def needed(self) -> int:
-        return self.need or len(self.requests)
-
-    @property
-    def complete(self) -> bool:
-        return len(self.done) + len(self.dropped) >= self.needed
 
 
 class GivenPrediction(LengthPredictor):
@@ -166,6 +140,8 @@ class SimResult:
 
 
 class ClusterSim:
+    """The virtual clock: the `Loop`'s cluster for a scenario."""
+
     def __init__(self, s: Scenario) -> None:
         self.s = s
         sch = s.schedule
@@ -180,24 +156,14 @@ class ClusterSim:
         if self.overlap:
             for e in engines:
                 e.slow_factor, e.slow_windows = c.engine_interference, self.learner_windows
-        # the pipeline's own policies, on duck-typed fleet and groups
-        self.weight_sync: Any = make_weight_sync(sch)
-        self.updates = s.steps * s.updates_per_step
         self.prompts = s.workload.prompts_per_step // s.updates_per_step  # per update
-        self.per_step = self.prompts * s.workload.group_size
-        self.consumption: Any = make_consumption(sch, self.per_step)
+        self.loop = Loop(sch, self.prompts * s.workload.group_size, s.steps * s.updates_per_step, self)
         self.long_rounds: list[int] = []  # tail batching: the waves that were long rounds
-        self.bound = make_bound(sch)
         self.k_trace: list[int] = []  # k after each update (moves only under auto)
-        self.groups: dict[str, SimGroup] = {}
-        self.next_wave = 0
-        self.started = 0  # updates launched
-        self.version = 0  # updates done
         self.learner_free_at = 0.0
         self.learner_busy = 0.0
-        self.pending: list[tuple[float, int]] = []  # (end time, version) of launched updates
+        self.pending: list[float] = []  # end times of launched updates
         self.update_ends: list[float] = []
-        self.dropped = 0
         self.staleness: list[int] = []
         self.tokens_trained = 0
         self.spans: list[Span] = []
@@ -205,14 +171,21 @@ class ClusterSim:
         self.gen_s: list[float] = []
         self.colocated = s.cluster.placement == "colocated"
         self.switch = s.cluster.switch_s if self.colocated else 0.0
-        self.dirty = True  # a group completed or an update ended: admission and consumption may move
-        self.purged_for = -1  # the update the complete groups were last checked for staleness against
-        self.new_complete: list[SimGroup] = []
         self.tool_returns: list[tuple[float, int, Job]] = []  # (time, seq, job) of samples on a tool call
         self.tool_calls = 0
         self.tool_wait: Any = TOOL_WAITS.build(sch.tool_wait, sch.tool_wait_args)
         self.held: list[Job] = []  # lockstep: answers held until no sample is generating
         self.migrated = 0  # requests moved between engines (long-tail migration)
+        self.heap: list[tuple[float, int, int]] = []  # (time, epoch, engine) of each engine's next finish
+        self.epoch = [0] * len(engines)
+        self.events = 0
+        self.turns_seen = 0
+        self.refresh: tuple[str, int | None] = ("all", None)  # engines to look up before the next event
+        self.syncs_before = 0
+
+    @property
+    def consumption(self) -> Any:
+        return self.loop.consumption
 
     def _admission(self):
         name = self.s.schedule.admission
@@ -220,7 +193,11 @@ class ClusterSim:
             return FCFS()  # the engine's own default
         return LengthOrdered(name, GivenPrediction())
 
-    # ---- the pipeline's steps -------------------------------------------------------------------------
+    def run(self) -> SimResult:
+        self.loop.run()
+        return self._result()
+
+    # ---- the loop's cluster ---------------------------------------------------------------------------
     def _draw(self, prompts: int, responses: int) -> list[np.ndarray]:
         """Per prompt, a (responses, 2) array: each response's true and predicted length."""
         wl = self.s.workload
@@ -232,34 +209,54 @@ class ClusterSim:
         )
         return list(np.stack([lengths, lengths * noise], axis=-1))
 
-    def _issue_wave(self) -> bool:
-        """The next batch, planned by the consumption policy as in the pipeline (False: not yet). Each
-        prompt's lengths are drawn for every response the policy may run (tail batching's spares); a
-        deferred prompt keeps them (its long round runs the first), where the real one is sampled again
-        under newer weights."""
-        w, wl = self.next_wave, self.s.workload
-        most = self.consumption.max_requests(wl.group_size)
-        plan = self.consumption.plan(
-            lambda samples: [(row, wl.group_size) for row in self._draw(samples // wl.group_size, most)], w
+    def issue(self, wave: int, consumption: Any) -> list[Group] | None:
+        """Each prompt's lengths are drawn for every response the policy may run (tail batching's
+        spares); a deferred prompt keeps them (its long round runs the first), where the real one is
+        sampled again under newer weights. A group's task is its lengths."""
+        wl = self.s.workload
+        most = consumption.max_requests(wl.group_size)
+        plan = consumption.plan(
+            lambda samples: [(row, wl.group_size) for row in self._draw(samples // wl.group_size, most)], wave
         )
         if plan is None:
-            return False
+            return None
+        out = []
         for g, (row, n, need) in enumerate(plan):
-            group = SimGroup(f"w{w}g{g}", w, [], lengths=row, need=0 if need == n else need)
+            group = Group(f"w{wave}g{g}", row, [], wave=wave, need=0 if need == n else need)
             group.requests = [
-                Job(f"w{w}g{g}s{i}", group, i, wl.prompt_tokens, int(true), float(pred), turns=wl.turns)
+                Job(f"w{wave}g{g}s{i}", group, i, wl.prompt_tokens, int(true), float(pred), turns=wl.turns)
                 for i, (true, pred) in enumerate(row[:n])
             ]
-            self.groups[group.id] = group
-        self.next_wave += 1
-        return True
+            out.append(group)
+        return out
 
-    def _end_round(self, taken: list[SimGroup], dropped: list[SimGroup]) -> None:
+    def send(self, groups: list[Group]) -> None:
+        for g in groups:
+            self.first_admit.setdefault(g.wave, self.fleet.now)
+        self.fleet.send(
+            [j for g in groups for j in g.requests if j.sample_index not in g.done],
+            self.s.schedule.divide_groups,
+        )
+
+    def resume(self) -> None:
+        """The cut requests back to the engines, to resume from their prefix; colocated, ahead of fresh
+        ones (APRIL resumes the buffered partial rollouts first)."""
+        jobs, self.fleet.cut_jobs = self.fleet.cut_jobs, []
+        if jobs:
+            self.fleet.send(jobs, self.s.schedule.divide_groups, front=self.colocated)
+
+    def let_go(self, spent: list[Group]) -> None:
+        """A spent group's unfinished jobs run on: the simulated engines cannot abort one request."""
+
+    def may_launch(self) -> bool:
+        return not self.pending
+
+    def _end_round(self, taken: list[Group], dropped: list[Group]) -> None:
         """After a take: when it left spares or dropped groups (tail batching defers them), every response
         still running is aborted (its tokens are lost: a deferred prompt runs again in a long round). The
         pipeline aborts those requests alone; here they are all that runs, since a policy with spares
         plans its next batch only after a take."""
-        if self.consumption.metrics().get("tail_long_round"):
+        if self.loop.consumption.metrics().get("tail_long_round"):
             self.long_rounds.append(taken[0].wave)
         if not dropped and all(g.needed == len(g.requests) for g in taken):
             return
@@ -268,74 +265,20 @@ class ClusterSim:
         self.fleet.cut()
         self.fleet.cut_jobs = []
 
-    def _admit(self) -> None:
-        if not self.weight_sync.admits(self.fleet):
-            return
-        admitted = admit_groups(
-            self.groups,
-            self.consumption,
-            self.started,
-            self.updates,
-            self.fleet.version,
-            self.bound.k,
-            self._issue_wave,
-        )
-        for g in admitted:
-            self.first_admit.setdefault(g.wave, self.fleet.now)
-        out = [j for g in admitted for j in g.requests if j.sample_index not in g.done]
-        if out:
-            self.fleet.send(out, self.s.schedule.divide_groups)
-
-    def _resend_cut(self) -> None:
-        """The cut requests back to the engines, to resume from their prefix; colocated, ahead of fresh
-        ones (APRIL resumes the buffered partial rollouts first)."""
-        jobs, self.fleet.cut_jobs = self.fleet.cut_jobs, []
-        if jobs:
-            self.fleet.send(jobs, self.s.schedule.divide_groups, front=self.colocated)
-
-    def _purge_stale(self, update: int) -> None:
-        """The pipeline's purge, on the groups whose staleness may have changed: all complete ones when
-        the update index moved, else only those completed since the last look."""
-        if update != self.purged_for:
-            check = [g for g in self.groups.values() if g.admitted and g.complete]
-            self.purged_for = update
-        else:
-            check = [g for g in self.new_complete if g.id in self.groups]
-        self.new_complete = []
-        dropped, _ = purge_stale(
-            self.groups,
-            check,
-            self.bound,
-            update,
-            self.s.schedule.stale,
-            lambda job: (job.v_min or 0, job.v_max or 0),
-        )
-        self.dropped += len(dropped)
-
-    def _launch_update(self) -> bool:
-        if self.started >= self.updates or self.pending:
-            return False
-        self._purge_stale(self.started)
-        took = take_groups(self.groups, self.consumption)
-        if took is None:
-            return False
-        groups, dropped = took
-        self._end_round(groups, dropped)
+    def launch(self, taken: list[Group], dropped: list[Group], update: int) -> None:
+        self._end_round(taken, dropped)
         tokens, ages = 0, []
-        for g in groups:
-            kept = list(g.done.values())  # in the order they finished
-            for job in kept[: g.needed - len(g.dropped)]:  # the first to finish (`Group.trim`)
+        for g in taken:
+            for job in g.done.values():  # the first `needed` to finish
                 tokens += job.prompt + job.length
-                self.staleness.append(self.started - (job.v_min or 0))
-                ages.append(self.started - ((job.v_min or 0) + (job.v_max or 0)) / 2)
+                self.staleness.append(update - (job.v_min or 0))
+                ages.append(update - ((job.v_min or 0) + (job.v_max or 0)) / 2)
         self.tokens_trained += tokens
         # the mismatch AutoStaleness follows: drift_kl per version, at the batch's mean token age
-        self.bound.observe(self.s.workload.drift_kl * (statistics.fmean(ages) if ages else 0.0))
-        self.k_trace.append(self.bound.k)
-        if (
-            self.started + 1
-        ) % self.s.updates_per_step == 0:  # a step's generation: its first admission to now
-            first = self.started + 1 - self.s.updates_per_step
+        self.loop.bound.observe(self.s.workload.drift_kl * (statistics.fmean(ages) if ages else 0.0))
+        self.k_trace.append(self.loop.bound.k)
+        if (update + 1) % self.s.updates_per_step == 0:  # a step's generation: its first admission to now
+            first = update + 1 - self.s.updates_per_step
             self.gen_s.append(self.fleet.now - self.first_admit.get(first, self.fleet.now))
         start = max(self.fleet.now, self.learner_free_at)
         if self.colocated:  # the learner takes the devices: unfinished requests are cut, kept, resumed after
@@ -358,10 +301,14 @@ class ClusterSim:
                 e.hold(start, end)
         self.learner_busy += train
         self.learner_free_at = end
-        self.pending.append((end, self.started + 1))
-        self.started += 1
-        return True
+        self.pending.append(end)
 
+    def on_update(self, finished: Finished, version: int) -> None:
+        self.update_ends.append(self.fleet.now)
+        if self.colocated:
+            self.resume()
+
+    # ---- samples ---------------------------------------------------------------------------------------
     def _finish(self, jobs: list[Job]) -> None:
         self.fleet.in_flight -= len(jobs)
         for job in jobs:
@@ -369,11 +316,8 @@ class ClusterSim:
                 self._call_tool(job)
                 continue
             g = job.group
-            if isinstance(g, SimGroup) and g.id in self.groups:
-                g.done[job.sample_index] = job
-                if g.complete:
-                    self.new_complete.append(g)
-                    self.dirty = True
+            if isinstance(g, Group) and g.id in self.loop.groups:
+                self.loop.finish(g, job.sample_index, job)
 
     def _call_tool(self, job: Job) -> None:
         wl = self.s.workload
@@ -408,7 +352,7 @@ class ClusterSim:
         job.prompt += self.s.workload.tool_tokens
         job.priority = self.tool_wait.priority(back)
         group = job.group
-        if not (isinstance(group, SimGroup) and group.id in self.groups):
+        if not (isinstance(group, Group) and group.id in self.loop.groups):
             return
         if self.tool_wait.lockstep:
             self.held.append(job)
@@ -419,8 +363,6 @@ class ClusterSim:
         """Lockstep: every sample is waiting on a tool or done, and every tool has answered."""
         jobs, self.held = self.held, []
         self.fleet.send(jobs, divide=True)
-        self._finish(self.fleet.finished)
-        self.fleet.finished = []
         self._finish(self.fleet.finished)
         self.fleet.finished = []
 
@@ -439,98 +381,72 @@ class ClusterSim:
             self.migrated += len(jobs)
             self.fleet.touched |= {src.index, dst.index}
 
-    def _policies(self) -> None:
-        """The pipeline loop's turn: admit, launch an update if its batch is ready, admit into the room."""
-        self.dirty = False
-        self._admit()
-        dropped = self.dropped
-        if self._launch_update() or self.dropped != dropped:  # a purge (k shrank) can free room too
-            self._admit()
-        self._finish(self.fleet.finished)
-        self.fleet.finished = []
-
-    # ---- the event loop ------------------------------------------------------------------------------
-    def run(self) -> SimResult:
-        heap: list[tuple[float, int, int]] = []  # (time, epoch, engine)
-        epoch = [0] * len(self.fleet.engines)
-        engines = self.fleet.engines
-
-        def refresh() -> None:
-            for e in engines:
-                t = e.next_finish()
-                epoch[e.index] += 1
-                if t is not None:
-                    heapq.heappush(heap, (t, epoch[e.index], e.index))
-
-        def refresh_one(e: SimEngine) -> None:
-            epoch[e.index] += 1
-            t = e.next_finish()
+    # ---- the clock -------------------------------------------------------------------------------------
+    def _look_up(self, engines: Any) -> None:
+        """Push the next finish of each of `engines` (older entries of theirs go stale)."""
+        for i in engines:
+            self.epoch[i] += 1
+            t = self.fleet.engines[i].next_finish()
             if t is not None:
-                heapq.heappush(heap, (t, epoch[e.index], e.index))
+                heapq.heappush(self.heap, (t, self.epoch[i], i))
 
-        def refresh_touched(e: SimEngine | None = None) -> None:
-            for i in self.fleet.touched:
-                refresh_one(engines[i])
-            if e is not None and e.index not in self.fleet.touched:
-                refresh_one(e)
+    def _settle(self) -> None:
+        """Before the next event: jobs that finished while a turn sent work are handed on, and the
+        engines that changed since the last event have their next finish looked up."""
+        if self.loop.turns != self.turns_seen:
+            self.turns_seen = self.loop.turns
+            self._finish(self.fleet.finished)
+            self.fleet.finished = []
+        kind, e = self.refresh
+        if kind == "all" or (kind == "engine" and self.fleet.syncs != self.syncs_before):
+            self._look_up(range(len(self.fleet.engines)))
+        else:
+            self._look_up(self.fleet.touched | ({e} if e is not None else set()))
+        self.fleet.touched = set()
+        if self.held and self.fleet.in_flight == 0 and not self.tool_returns:
+            self._release_held()
+            self._look_up(self.fleet.touched)
             self.fleet.touched = set()
 
-        self._policies()
-        refresh()
-        self.fleet.touched = set()
-        guard = 0
-        while self.version < self.updates:
-            guard += 1
-            if guard > 50_000_000:
-                raise RuntimeError("simulation did not finish (event budget spent)")
-            if self.held and self.fleet.in_flight == 0 and not self.tool_returns:
-                self._release_held()
-                refresh_touched()
-            while heap and heap[0][1] != epoch[heap[0][2]]:
-                heapq.heappop(heap)
-            t_engine = heap[0][0] if heap else math.inf
-            t_learner = self.pending[0][0] if self.pending else math.inf
-            t_tool = self.tool_returns[0][0] if self.tool_returns else math.inf
-            if t_tool < min(t_engine, t_learner):
-                self._tool_answers()
-                if self.dirty:
-                    self._policies()
-                refresh_touched()
-                continue
-            if math.isinf(t_engine) and math.isinf(t_learner):
-                raise RuntimeError(
-                    f"simulation stalled at update {self.started}: nothing running, no batch ready "
-                    f"({len(self.groups)} groups buffered)"
-                )
-            if t_learner <= t_engine:
-                now, version = self.pending.pop(0)
-                self.fleet.now = now
-                for e in engines:
-                    self._finish(e.advance(now))
-                self.version = version
-                self.update_ends.append(now)
-                self.weight_sync.on_update(self.fleet, None, version, self._resend_cut)
-                if self.colocated:
-                    self._resend_cut()
-                self._policies()
-                refresh()
-                self.fleet.touched = set()
-                continue
-            _, _, idx = heapq.heappop(heap)
-            e = engines[idx]
-            self.fleet.now = t_engine
-            self._finish(e.advance(t_engine))
-            if self.s.schedule.migrate and e.held == 0:
-                self._migrate(e)
-            before = self.fleet.syncs
-            if self.dirty or (self.fleet.staged is not None and self.fleet.idle):
-                self._policies()
-            if self.fleet.syncs != before:
-                refresh()
-                self.fleet.touched = set()
-            else:
-                refresh_touched(e)
-        return self._result()
+    def poll(self) -> Finished | None:
+        """The next event: a tool's answer, an update's end (every engine first runs to then) or an
+        engine's next finish (an engine left with nothing may take half of the busiest one's work)."""
+        self._settle()
+        self.events += 1
+        if self.events > 50_000_000:
+            raise RuntimeError("simulation did not finish (event budget spent)")
+        heap, epoch = self.heap, self.epoch
+        while heap and heap[0][1] != epoch[heap[0][2]]:
+            heapq.heappop(heap)
+        t_engine = heap[0][0] if heap else math.inf
+        t_learner = self.pending[0] if self.pending else math.inf
+        t_tool = self.tool_returns[0][0] if self.tool_returns else math.inf
+        if t_tool < min(t_engine, t_learner):
+            self._tool_answers()
+            self.refresh = ("touched", None)
+            return None
+        if math.isinf(t_engine) and math.isinf(t_learner):
+            raise RuntimeError(
+                f"simulation stalled at update {self.loop.started}: nothing running, no batch ready "
+                f"({len(self.loop.groups)} groups buffered)"
+            )
+        if t_learner <= t_engine:
+            self.fleet.now = self.pending.pop(0)
+            for e in self.fleet.engines:
+                self._finish(e.advance(self.fleet.now))
+            self.refresh = ("all", None)
+            return Finished({})
+        _, _, idx = heapq.heappop(heap)
+        e = self.fleet.engines[idx]
+        self.fleet.now = t_engine
+        self._finish(e.advance(t_engine))
+        if self.s.schedule.migrate and e.held == 0:
+            self._migrate(e)
+        self.syncs_before = self.fleet.syncs
+        self.refresh = ("engine", idx)
+        if self.fleet.staged is not None and self.fleet.idle:
+            self.loop.dirty = True
+        return None
 
     def _result(self) -> SimResult:
         ups = self.s.updates_per_step
@@ -551,7 +467,7 @@ class ClusterSim:
             tokens=sum(e.tokens for e in engines),
             rollout_tokens_per_s=sum(e.tokens for e in engines)
             / max(1e-12, makespan - statistics.fmean(e.held_s for e in engines)),
-            dropped=self.dropped,
+            dropped=len(self.loop.dropped),
             mean_staleness=statistics.fmean(self.staleness) if self.staleness else 0.0,
             makespan_s=makespan,
             spans=spans,

@@ -31,7 +31,7 @@ class Job:
     """One sample of a group: `length` output tokens in all, `generated` of them already made."""
 
     id: str
-    group: object  # the SimGroup it belongs to
+    group: object  # the `orchestrate.buffer.Group` it belongs to
     sample_index: int
     prompt: int
     length: int
@@ -49,6 +49,17 @@ class Job:
     def turn_end(self) -> int:
         """Tokens generated when the current turn ends: turn t of n ends at round(t x length / n)."""
         return min(self.length, max(self.generated + 1, round((self.turn + 1) * self.length / self.turns)))
+
+    @property
+    def request_id(self) -> str:
+        return self.id
+
+    @property
+    def versions(self) -> tuple[int, int]:
+        """The oldest and newest versions among its tokens: what the staleness bound reads."""
+        return (self.v_min or 0, self.v_max or 0)
+
+    trained = None  # every token is the model's
 
     @property
     def group_id(self) -> str:
