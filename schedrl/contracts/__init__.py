@@ -75,7 +75,6 @@ __all__ = [
 if TYPE_CHECKING:
     from schedrl.algos.spec import LossSpec
     from schedrl.contracts.workers import Backend, Fleet, LearnerBatch, Trainer
-    from schedrl.orchestrate.loop import Cluster
     from schedrl.data.base import DataScheduler
     from schedrl.engine.admission import AdmissionPolicy
     from schedrl.engine.base import Engine, ParkingEngine
@@ -83,6 +82,7 @@ if TYPE_CHECKING:
     from schedrl.envs.environment import Environment
     from schedrl.envs.tools.parsers import CallParser
     from schedrl.orchestrate.consumption.base import Consumption
+    from schedrl.orchestrate.loop import Cluster
     from schedrl.orchestrate.weight_sync.base import WeightSync
     from schedrl.rollout.modes import RolloutMode
     from schedrl.rollout.tool_wait.base import ToolWaitPolicy
