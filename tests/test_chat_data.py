@@ -76,7 +76,7 @@ def test_completion_tokens_reach_the_learner_as_the_engine_sampled_them(tmp_path
     """One training step on the BPE tokenizer: the learner's batch holds the engine's token ids, even
     where decoding and encoding again would give other tokens (BPE is not a bijection)."""
     from schedrl.orchestrate import build as build_mod
-    from schedrl.orchestrate.sync import rl_step
+    from schedrl.orchestrate.sync import run_sync
     from schedrl.training.learner import Learner
     from schedrl.training.run_dir import RunDir
 
@@ -96,9 +96,9 @@ def test_completion_tokens_reach_the_learner_as_the_engine_sampled_them(tmp_path
     seen: dict = {}
     real_update = Learner.update
 
-    def spy(self, batch, advantages, step):
+    def spy(self, batch, advantages, step, **kw):
         seen["batch"] = batch
-        return real_update(self, batch, advantages, step)
+        return real_update(self, batch, advantages, step, **kw)
 
     monkeypatch.setattr(Learner, "update", spy)
     source = FileTask(rows=chat_rows(), reward=correct, eval_fraction=0.0)
@@ -111,7 +111,7 @@ def test_completion_tokens_reach_the_learner_as_the_engine_sampled_them(tmp_path
         return samples, stats
 
     monkeypatch.setattr(c.rollout, "run", capture)
-    rl_step(c, 0)
+    run_sync(c)  # one step: cfg.steps is 1
     batch, samples = seen["batch"], seen["samples"]
     differs = 0
     for row, s in enumerate(samples):

@@ -178,10 +178,10 @@ class CheckedPipeline(Pipeline):
         self.metrics, self.issued = [], set()
         super().__init__(*args)
 
-    def _issue_wave(self):
-        issued = super()._issue_wave()
-        self.issued |= {r.id for g in self.groups.values() for r in g.requests}
-        return issued
+    def issue(self, wave, consumption):
+        groups = super().issue(wave, consumption)
+        self.issued |= {r.id for g in groups or [] for r in g.requests}
+        return groups
 
     def _after_update(self, done, metrics):  # no evaluation or checkpoint: only the scheduling is under test
         self.metrics.append(metrics)
@@ -293,19 +293,23 @@ def test_staleness_bound_and_sample_ledger(
     pipe = CheckedPipeline(c, ShuffledBackend(rng, learner))
     pipe.run()
 
-    assert pipe.version == steps and len(learner.batches) == steps
+    assert pipe.loop.version == steps and len(learner.batches) == steps
     trained = [rid for batch in learner.batches for rid in batch]
     assert len(trained) == len(set(trained)), "a sample was trained on twice"
     issued = pipe.issued
-    buffered = {r.id for g in pipe.groups.values() for r in g.requests if r.sample_index not in g.dropped}
-    dropped = set(pipe.dropped)
-    assert len(dropped) == len(pipe.dropped)
+    buffered = {
+        r.id for g in pipe.loop.groups.values() for r in g.requests if r.sample_index not in g.dropped
+    }
+    dropped = set(pipe.loop.dropped)
+    assert len(dropped) == len(pipe.loop.dropped)
     assert not (set(trained) & dropped) and not (set(trained) & buffered) and not (dropped & buffered)
     if tail:  # spares and the groups a short round did not keep are abandoned, counted
-        assert len(set(trained) | dropped | buffered) + pipe.abandoned == len(issued), "a sample was lost"
+        assert len(set(trained) | dropped | buffered) + pipe.loop.abandoned == len(issued), (
+            "a sample was lost"
+        )
     else:
         assert set(trained) | dropped | buffered == issued, "a sample was lost"
-        assert not pipe.abandoned
+        assert not pipe.loop.abandoned
     if k != "auto" and stale != "keep":
         assert all(m["staleness_max"] <= k for m in pipe.metrics)
     if stale == "keep":  # k bounds admission only: every sample trains, however old

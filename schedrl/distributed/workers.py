@@ -149,6 +149,15 @@ class EngineWorker(Inspectable):
             close()
 
 
+def train_step(learner: Any, pad_id: int, batch: LearnerBatch, step: int) -> dict[str, float]:
+    """One optimizer step of `learner` on `batch`; the weights being updated are version `step` (update s
+    turns version s into s + 1)."""
+    tokens = collate(
+        batch.prompt_ids, batch.token_ids, pad_id, batch.logprobs, batch.versions, batch.train_mask
+    )
+    return learner.update(tokens, torch.tensor(batch.advantages), step, version=step)
+
+
 class LearnerWorker(Inspectable):
     """The policy, its optimizer and the loss; trains on scored samples and hands back weights."""
 
@@ -179,16 +188,7 @@ class LearnerWorker(Inspectable):
         """One optimizer step on `batch` (`schedrl.orchestrate.update_batch.UpdateBatch.learner_batch`)."""
         start = time.perf_counter()
         with self.timeline.span("train"):
-            tokens = collate(
-                batch.prompt_ids,
-                batch.token_ids,
-                self.tokenizer.pad_token_id,
-                batch.logprobs,
-                batch.versions,
-                batch.train_mask,
-            )
-            # The weights being updated are version `step`: update s turns version s into s + 1.
-            stats = self.learner.update(tokens, torch.tensor(batch.advantages), step, version=step)
+            stats = train_step(self.learner, self.tokenizer.pad_token_id, batch, step)
         with self.timeline.span("weight-sync"):
             weights = cpu_weights(self.model)
         return {**stats, "train_s": time.perf_counter() - start}, weights

@@ -4,7 +4,8 @@ The loop keeps the books and leaves every what-runs-when decision to a policy of
 
 * admission: buffered groups go to the engines, in issue order, while the update expected to consume
   each (after `started` and the groups ahead of it, as the consumption policy counts them) is at most
-  `engine version + k` (`staleness.may_admit`); when all are admitted the next batch is issued;
+  `engine version + k` (`staleness.may_admit`); when all are admitted, the next batch is drawn as soon
+  as its first group may go (so the data scheduler has seen every batch trained before it);
 * consumption: when the learner may take an update, samples too stale for it are purged
   (`StalenessBound.trainable`; a group left with fewer than two is spent), and the consumption policy
   takes the next batch and says which groups it abandons;
@@ -134,20 +135,25 @@ class Loop:
         while True:
             while i < len(queue) and queue[i].admitted:
                 i += 1
-            if i == len(queue):
-                if not self.issue():
+            if i == len(queue):  # a batch is drawn only once its first group may go (it sees the last)
+                probe = Group("next", None, [], wave=self.next_wave)
+                if not self.admissible([*queue, probe], probe) or not self.issue():
                     break
                 queue = list(self.groups.values())
                 continue
-            ahead, per_update = self.consumption.position(queue, queue[i])
-            if expected_update(self.started, ahead, per_update) >= self.updates or not may_admit(
-                self.started, ahead, per_update, self.cluster.fleet.version, self.bound.k
-            ):
+            if not self.admissible(queue, queue[i]):
                 break
             queue[i].admitted = True
             out.append(queue[i])
         if out:
             self.cluster.send(out)
+
+    def admissible(self, queue: list[Any], group: Any) -> bool:
+        """Whether `group` (in `queue`) may go to the engines behind the groups ahead of it."""
+        ahead, per_update = self.consumption.position(queue, group)
+        return expected_update(self.started, ahead, per_update) < self.updates and may_admit(
+            self.started, ahead, per_update, self.cluster.fleet.version, self.bound.k
+        )
 
     def issue(self) -> bool:
         groups = self.cluster.issue(self.next_wave, self.consumption)

@@ -34,6 +34,21 @@ log = logging.getLogger(__name__)
 UPDATES_QUEUED = 2  # updates sent to the learner ahead of their turn (one running, one waiting)
 
 
+def issue_groups(c: Components, wave: int, consumption) -> list[Group] | None:
+    """Batch `wave` as the consumption policy plans it from the data scheduler's (None: not yet); its
+    requests derive from (seed, wave)."""
+    plan = consumption.plan(c.data.next_batch, wave)
+    if plan is None:
+        return None
+    tasks = [t for t, _, _ in plan]
+    params = sampling_params(c.cfg)
+    reqs = group_requests(tasks, c.tokenizer, params, [n for _, n, _ in plan], seed=c.cfg.seed, step=wave)
+    return [
+        Group(gid, task, members, wave=wave, need=0 if need == n else need)
+        for (task, n, need), (gid, members) in zip(plan, by_group(reqs), strict=True)
+    ]
+
+
 class Pipeline:
     """The real clock: engine workers (an `EngineFleet`) and a learner worker, driven by the `Loop`. Samples
     are scored here as they arrive; an update's batch is built here and sent to the learner."""
@@ -59,7 +74,7 @@ class Pipeline:
             self._on_samples,
             self._on_restart,
         )
-        self.fleet.restarts = int(state["engine_restarts"]) if state is not None else 0
+        self.fleet.restarts = int(state.get("engine_restarts", 0)) if state is not None else 0
         ckpt = latest_checkpoint(c.run.ckpt_dir)
         self.learner = backend.start_learner(self.cfg, str(c.run.root), ckpt and str(ckpt))
         # the stuck clock starts once every worker is built: loading a model is not a call
@@ -76,19 +91,7 @@ class Pipeline:
 
     # ---- the loop's cluster -----------------------------------------------------------------
     def issue(self, wave: int, consumption) -> list[Group] | None:
-        """Batch `wave` as the consumption policy plans it from the data scheduler's."""
-        plan = consumption.plan(self.components.data.next_batch, wave)
-        if plan is None:
-            return None
-        tasks = [t for t, _, _ in plan]
-        params = sampling_params(self.cfg)
-        reqs = group_requests(
-            tasks, self.components.tokenizer, params, [n for _, n, _ in plan], seed=self.cfg.seed, step=wave
-        )
-        return [
-            Group(gid, task, members, wave=wave, need=0 if need == n else need)
-            for (task, n, need), (gid, members) in zip(plan, by_group(reqs), strict=True)
-        ]
+        return issue_groups(self.components, wave, consumption)
 
     def send(self, groups: list[Group]) -> None:
         """Every request of `groups` that is neither done nor in an engine (cut ones from their prefix)."""
@@ -165,9 +168,10 @@ class Pipeline:
             "engine_restarts": float(self.fleet.restarts),
         }
         self.last_done_t = now
-        after_update(
-            self.components, version, metrics, self.on_step, self.sync_local_weights, self.checkpoint
-        )
+        self._after_update(version, metrics)
+
+    def _after_update(self, done: int, metrics: dict) -> None:
+        after_update(self.components, done, metrics, self.on_step, self.sync_local_weights, self.checkpoint)
 
     # ---- engine results ---------------------------------------------------------------------
     def _on_samples(self, samples: list[Sample]) -> None:
