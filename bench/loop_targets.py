@@ -7,8 +7,8 @@ between the two trees (a second busy process would slow a run tenfold: run it on
 
 - `loop_lines`: lines of the loop's book-keeping (`orchestrate/sync.py`, `orchestrate/pipeline.py`,
   `sim/cluster.py`, and `orchestrate/books.py`, `orchestrate/loop.py` where they exist); target: <= 600;
-- `sync_steps_per_s`: the synchronous loop on `addition` (tiny model, 16 prompts x 8 samples), the mean
-  step time after the first two steps;
+- `sync_steps_per_s`: the synchronous loop on `addition` (tiny model, 16 prompts x 8 samples), steps per
+  wall-clock second after the first two steps (from step ends, the same in both trees);
 - `async_k2_over_sync`: on `longtail`, steps per second of the asynchronous pipeline at k = 2 (threads
   backend, decoupled correction) over the synchronous loop's, both from the same short warm-up;
 - `sim_s_per_step_1024`: wall-clock seconds per simulated step of a 1,024-GPU scenario (512 engines,
@@ -67,11 +67,15 @@ def staleness(k: int) -> dict:
 
 
 def mean_step_s(config: dict, out: str) -> float:
+    """Wall-clock seconds per step, from the end of step SKIP to the end of the last: everything the
+    loop does in between (generation, scoring, the update, the weight push, logging), measured the same
+    way in both trees."""
     import schedrl
 
-    result = schedrl.train({**QUIET, **config, "out_dir": out})
-    steps = [m["step_s"] for m in result.metrics if "step_s" in m][SKIP:]
-    return statistics.fmean(steps)
+    ends: list[float] = []
+    schedrl.train({**QUIET, **config, "out_dir": out}, on_step=lambda step, m: ends.append(time.perf_counter()))
+    ends = ends[SKIP:]
+    return (ends[-1] - ends[0]) / (len(ends) - 1)
 
 
 def sync_addition(out: str) -> dict:
@@ -133,6 +137,7 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, help="another checkout to measure side by side")
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of each figure")
     ap.add_argument("--demo", action="store_true", help="also time `schedrl demo` (about a minute a run)")
+    ap.add_argument("--only", nargs="+", choices=list(FIGURES), help="measure these figures only")
     ap.add_argument("--child", choices=list(FIGURES), help=argparse.SUPPRESS)
     ap.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -144,7 +149,7 @@ def main() -> None:
     trees = {"this": HERE.parents[1]}
     if args.baseline is not None:
         trees["baseline"] = args.baseline.resolve()
-    figures = [w for w in FIGURES if w != "demo" or args.demo]
+    figures = args.only or [w for w in FIGURES if w != "demo" or args.demo]
     runs: dict[str, dict[str, list[float]]] = {name: {} for name in trees}
     for _ in range(args.rounds):
         for what in figures:

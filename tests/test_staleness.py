@@ -26,8 +26,8 @@ def test_fresh_mask_and_histogram():
     b = StalenessBound(k=1)
     assert token_staleness(5, [5, 4, 3]) == [0, 1, 2]
     assert b.fresh_mask(5, [5, 4, 3]) == [True, True, False]
-    b.record(5, [5, 4, 3], [True, True, False])
-    b.record(6, [6, 6], [True, True])
+    b.record(5, [[5, 4, 3]], [[True, True, False]])
+    b.record(6, [[6, 6]], [[True, True]])
     assert dict(b.histogram) == {0: 3, 1: 1}
     other = StalenessBound()
     other.load_state_dict(b.state_dict())

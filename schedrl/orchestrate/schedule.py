@@ -73,7 +73,7 @@ def check_schedule(s: Schedule, run: Run = Run(), where: str = "schedule") -> No
             f"(parks = True) and engine {run.engine!r} cannot park; its prefix cache keeps a finished "
             "turn's blocks by itself: use release or priority"
         )
-    stale = off_policy(s) if run.asynchronous else []
+    stale = off_policy(s)  # in one process too: the loop honours k there as well
     if stale and not run.corrected:
         raise ConfigError(
             f"config field 'algo.correction' is 'none', but {' and '.join(stale)} train on tokens from "

@@ -64,6 +64,8 @@ class StalenessBound:
         resume a sample across updates and train it whole, off-policy by the versions it spans).
         `trained` marks the model's tokens (None: all are); the others (a tool's, the environment's) are
         context whatever their version."""
+        if trained is None and (not versions or min(versions) >= update - self.k):
+            return [True] * len(versions)  # every token is the model's and fresh
         fresh = self.fresh_mask(update, versions)
         model = list(trained) if trained is not None else [True] * len(fresh)
         if stale == "keep":
@@ -73,10 +75,18 @@ class StalenessBound:
             return [f and m for f, m in zip(fresh, model, strict=True)]
         return None
 
-    def record(self, update: int, versions: Sequence[int], trained: Sequence[bool]) -> Counter:
-        """Count the staleness of the trained tokens in the run's histogram; returns this sample's counts."""
-        counts = Counter(s for s, t in zip(token_staleness(update, versions), trained, strict=True) if t)
-        self.histogram += counts
+    def record(
+        self, update: int, versions: Sequence[Sequence[int]], trained: Sequence[Sequence[bool]]
+    ) -> Counter:
+        """Count the staleness of the trained tokens of a batch (per sample: its tokens' versions and
+        trained mask) in the run's histogram; returns the batch's counts."""
+        counts = Counter(
+            update - v
+            for vs, ts in zip(versions, trained, strict=True)
+            for v, t in zip(vs, ts, strict=True)
+            if t
+        )
+        self.histogram.update(counts)
         return counts
 
     def observe(self, mismatch: float) -> int:

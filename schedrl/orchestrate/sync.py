@@ -164,7 +164,6 @@ class StepCluster:
             "gen_s": self.gen_s,
             **timing_metrics(stats["gen_tokens"], now - self.started_t, stats.pop("train_s", 0.0)),
         }
-        self.gen_s, self.started_t = 0.0, now
         if version == 1 and metrics["reward_mean"] < c.cfg.min_start_reward:
             log.warning(
                 "RL starts at mean reward %.3f < min_start_reward=%.3f: GRPO from a start this weak "
@@ -175,6 +174,7 @@ class StepCluster:
             )
         # the engine already holds the newest weights: the weight-sync policy pushed them
         after_update(c, version, metrics, self.on_step, load_latest=lambda: None, save=self.checkpoint)
+        self.gen_s, self.started_t = 0.0, time.perf_counter()  # a step's time leaves out its logging
 
     def checkpoint(self, done: int) -> None:
         append_spans(self.c.run.root / TIMELINE_FILE, self.timeline.drain())

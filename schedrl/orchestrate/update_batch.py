@@ -4,7 +4,6 @@ group advantages, the payload the learner worker receives, and the batch's metri
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -83,9 +82,7 @@ class UpdateBatch:
 
     def record_metrics(self, bound: StalenessBound, dropped_so_far: int) -> dict[str, float]:
         """The batch's metrics; counts its trained tokens' staleness into `bound`'s run histogram."""
-        hist: Counter = Counter()
-        for smp, m in zip(self.samples, self.masks, strict=True):
-            hist += bound.record(self.update, smp.versions, m)
+        hist = bound.record(self.update, [smp.versions for smp in self.samples], self.masks)
         n = max(1, sum(hist.values()))
         return {
             **rollout_metrics(self.samples, self.rewards, self.groups),

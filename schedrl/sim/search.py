@@ -5,11 +5,11 @@ The cluster, the model and the workload stay the scenario's; the schedule's knob
     placement     colocated, or disaggregated with each rollout share of the GPUs (eighths, in whole engines)
     staleness     k from 0 to the bound (the scenario's own k unless `--bound` says otherwise)
     consumption   wave, or partial with 1.25x, 1.5x or 2x a step's samples in flight
-    weight sync   drain, inflight, cut_resume
+    weight sync   drain, inflight, cut_resume, and any other registered policy
     admission     fcfs, lpt (with the scenario's predictor error)
     groups        whole to one engine, or divided
     migration     none, or long-tail migration (an engine that runs dry takes half the busiest one's)
-    tool wait     multi-turn workloads: release, pin or priority (the pipeline's tool-wait policies)
+    tool wait     multi-turn workloads: release, pin, priority and any other registered policy but lockstep
 
 Coordinate descent: from the scenario's schedule, each knob in turn is set to its best value with the
 others held, until a full round changes nothing (at most `rounds`). Every schedule simulated is kept
@@ -27,6 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from schedrl.config import ConfigError, Schedule
+from schedrl.orchestrate.weight_sync import WEIGHT_SYNC
+from schedrl.registry import Registry
+from schedrl.rollout.tool_wait import TOOL_WAITS
 from schedrl.sim.cluster import SimResult, simulate
 from schedrl.sim.scenario import Scenario, scenario_from_dict
 
@@ -81,16 +84,28 @@ def knobs(s: Scenario, bound: int) -> dict[str, list[dict[str, Any]]]:
             {"schedule.consumption": "partial", "schedule.consumption_args": {"overprovision": x}}
             for x in (1.25, 1.5, 2.0)
         ],
-        "weight sync": [{"schedule.weight_sync": w} for w in ("drain", "inflight", "cut_resume")],
+        "weight sync": [
+            {"schedule.weight_sync": w} for w in registered(WEIGHT_SYNC, ("drain", "inflight", "cut_resume"))
+        ],
         "admission": [{"schedule.admission": a} for a in ("fcfs", "lpt")],
         "groups": [{"schedule.divide_groups": d} for d in (False, True)],
         "migration": [{"schedule.migrate": m} for m in (False, True)],
         **(
-            {"tool wait": [{"schedule.tool_wait": w} for w in ("release", "pin", "priority")]}
+            {
+                "tool wait": [
+                    {"schedule.tool_wait": w} for w in registered(TOOL_WAITS, ("release", "pin", "priority"))
+                ]
+            }
             if s.workload.turns > 1
             else {}
         ),
     }
+
+
+def registered(registry: Registry, first: tuple[str, ...]) -> list[str]:
+    """The shipped policies in their order, then every other registered one (a policy registered once is
+    searched too); lock-step tool waits, the baseline the others are measured against, are left out."""
+    return [*first, *(n for n in registry.names() if n not in first and n != "lockstep")]
 
 
 def start_point(s: Scenario) -> dict[str, Any]:
