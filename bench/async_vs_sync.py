@@ -139,7 +139,7 @@ def warm_start(steps: int, seed: int, out: Path) -> str:
 def one_run(args, mode: str, model_path: str, out: str, rnd: int) -> dict:
     from schedrl.config import config_from_dict
     from schedrl.gantt import write_report
-    from schedrl.orchestrate.sync import train
+    from schedrl.orchestrate.run import train
     from schedrl.training.run_dir import RunDir, read_metrics
 
     cfg = config_from_dict(recipe(args, model_path, out, f"{mode}-{rnd}", MODES[mode]))

@@ -92,7 +92,7 @@ def run_one(
     torch.set_num_threads(1)
     quiet_hf()
     from schedrl.config import config_from_dict
-    from schedrl.orchestrate.sync import train
+    from schedrl.orchestrate.run import train
     from schedrl.training.run_dir import RunDir
 
     cfg = config_from_dict(

@@ -31,7 +31,7 @@ import yaml
 
 import schedrl.distributed.workers as workers
 from schedrl.config import config_from_dict
-from schedrl.orchestrate.sync import train
+from schedrl.orchestrate.run import train
 from schedrl.timeline import TIMELINE_FILE, read_spans
 from schedrl.training.run_dir import RunDir
 

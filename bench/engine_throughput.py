@@ -132,7 +132,7 @@ RL_RECIPE = {
 def rl_step_seconds(backend: str, steps: int, batch: int, out: str) -> list[float]:
     """Seconds per step of the synchronous loop with `backend` (generation, scoring, update, weight push)."""
     from schedrl.config import config_from_dict
-    from schedrl.orchestrate.sync import train
+    from schedrl.orchestrate.run import train
     from schedrl.training.run_dir import RunDir, read_metrics
 
     engine: dict = {"backend": backend, "max_concurrency": batch}

@@ -6,7 +6,8 @@ Each figure is measured in a fresh process that imports schedrl from its tree, r
 between the two trees (a second busy process would slow a run tenfold: run it on a quiet machine):
 
 - `loop_lines`: lines of the loop's book-keeping (`orchestrate/sync.py`, `orchestrate/pipeline.py`,
-  `sim/cluster.py`, and `orchestrate/books.py`, `orchestrate/loop.py` where they exist); target: <= 600;
+  `sim/cluster.py`, and where they exist `orchestrate/books.py`, `orchestrate/loop.py`, and the two files
+  split out of those, `orchestrate/run.py` and `sim/fleet.py`); target: <= 600;
 - `sync_steps_per_s`: the synchronous loop on `addition` (tiny model, 16 prompts x 8 samples), steps per
   wall-clock second after the first two steps (from step ends, the same in both trees);
 - `async_k2_over_sync`: on `longtail`, steps per second of the asynchronous pipeline at k = 2 (threads
@@ -40,6 +41,8 @@ LOOP_FILES = (
     "sim/cluster.py",
     "orchestrate/books.py",  # b55567c..1452802: the shared admission, purge and take
     "orchestrate/loop.py",
+    "orchestrate/run.py",  # the run around the loop, split out of sync.py: counted as before
+    "sim/fleet.py",  # the simulated fleet, split out of sim/cluster.py: counted as before
 )
 SKIP = 2  # steps left out of a run's mean (the first compiles and warms the allocator)
 QUIET = {"logging": {"backends": ["jsonl"]}, "save_every": 0, "eval": {"tasks": 16, "k": 1}}
@@ -73,7 +76,9 @@ def mean_step_s(config: dict, out: str) -> float:
     import schedrl
 
     ends: list[float] = []
-    schedrl.train({**QUIET, **config, "out_dir": out}, on_step=lambda step, m: ends.append(time.perf_counter()))
+    schedrl.train(
+        {**QUIET, **config, "out_dir": out}, on_step=lambda step, m: ends.append(time.perf_counter())
+    )
     ends = ends[SKIP:]
     return (ends[-1] - ends[0]) / (len(ends) - 1)
 

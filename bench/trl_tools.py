@@ -37,7 +37,7 @@ from schedrl.config import SFTConfig, config_from_dict
 from schedrl.envs import make_task
 from schedrl.envs.calc import calc as exact_calc
 from schedrl.models import build_char_tokenizer, build_tiny_model
-from schedrl.orchestrate.sync import train
+from schedrl.orchestrate.run import train
 from schedrl.training.run_dir import RunDir
 from schedrl.training.sft import sft_warmup
 

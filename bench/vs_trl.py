@@ -51,7 +51,7 @@ from schedrl.engine import EngineConfig, HFEngine
 from schedrl.envs import Task, make_task
 from schedrl.models import build_char_tokenizer, build_tiny_model, load_model_and_tokenizer
 from schedrl.orchestrate.evaluate import evaluate
-from schedrl.orchestrate.sync import train
+from schedrl.orchestrate.run import train
 from schedrl.seeding import derive_seed
 from schedrl.training.run_dir import RunDir
 from schedrl.training.sft import sft_warmup

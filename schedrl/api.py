@@ -196,7 +196,7 @@ def train(
     any overrides). `on_step(step, metrics)` sees every logged step; `sets` are ``a.b=c`` overrides;
     `source` replaces the task the config names (what `Trainer` passes)."""
     from schedrl.classic import is_classic
-    from schedrl.orchestrate.sync import train as run_training
+    from schedrl.orchestrate.run import train as run_training
     from schedrl.training.run_dir import RunDir
 
     start = time.perf_counter()

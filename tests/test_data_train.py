@@ -4,8 +4,8 @@ import json
 import shutil
 
 from schedrl.config import config_from_dict
+from schedrl.orchestrate.run import train
 from schedrl.orchestrate.step_metrics import TIMING_KEYS
-from schedrl.orchestrate.sync import train
 from schedrl.training.run_dir import RunDir, read_metrics
 
 TIMING = set(TIMING_KEYS)

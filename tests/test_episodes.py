@@ -14,7 +14,7 @@ from schedrl.engine import EngineConfig, HFEngine
 from schedrl.envs import make_env, make_task
 from schedrl.envs.environment import Observation, StepResult
 from schedrl.envs.ledger import encode
-from schedrl.orchestrate.sync import train
+from schedrl.orchestrate.run import train
 from schedrl.rollout.episodes import EpisodeRunner
 from schedrl.training.batch import collate
 from schedrl.training.run_dir import RunDir, read_metrics

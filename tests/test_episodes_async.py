@@ -9,7 +9,7 @@ import torch
 from schedrl.config import config_from_dict
 from schedrl.engine import EngineConfig, HFEngine
 from schedrl.envs import make_env, make_task
-from schedrl.orchestrate.sync import train
+from schedrl.orchestrate.run import train
 from schedrl.rollout.episode_engine import EpisodeEngine
 from schedrl.rollout.episodes import EpisodeRunner
 from schedrl.rollout.tool_wait import Pin, Release

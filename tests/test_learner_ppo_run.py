@@ -10,7 +10,7 @@ from test_learner_algos import one_thread
 
 from schedrl.config import config_from_dict
 from schedrl.orchestrate.build import build
-from schedrl.orchestrate.sync import train
+from schedrl.orchestrate.run import train
 from schedrl.training.checkpoint import latest_checkpoint, load_checkpoint
 from schedrl.training.run_dir import RunDir, read_metrics
 

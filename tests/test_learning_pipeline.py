@@ -7,7 +7,7 @@ import pytest
 from test_train import REVERSE
 
 from schedrl.config import config_from_dict
-from schedrl.orchestrate.sync import train
+from schedrl.orchestrate.run import train
 from schedrl.training.run_dir import RunDir, read_metrics
 
 ALGOS = {

@@ -7,7 +7,7 @@ import pytest
 
 from schedrl.api import resolve_config
 from schedrl.config import ConfigError, config_from_dict
-from schedrl.orchestrate.sync import train
+from schedrl.orchestrate.run import train
 from schedrl.orchestrate.weight_sync import WEIGHT_SYNC
 from schedrl.sim.cluster import ClusterSim
 from schedrl.sim.scenario import scenario_from_dict

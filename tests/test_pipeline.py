@@ -17,7 +17,7 @@ from schedrl.envs import make_task
 from schedrl.gantt import write_report
 from schedrl.orchestrate.buffer import Group
 from schedrl.orchestrate.build import build, load_policy
-from schedrl.orchestrate.sync import train, warm_start
+from schedrl.orchestrate.run import train, warm_start
 from schedrl.rollout import group_requests
 from schedrl.timeline import TIMELINE_FILE, read_spans
 from schedrl.training.checkpoint import latest_checkpoint

@@ -10,7 +10,7 @@ import torch
 from schedrl.api import resolve_config
 from schedrl.config import ConfigError, config_from_dict
 from schedrl.engine import EngineConfig, HFEngine
-from schedrl.orchestrate.sync import train
+from schedrl.orchestrate.run import train
 from schedrl.rollout.step import StepRollout
 from schedrl.training.run_dir import RunDir, read_metrics
 from schedrl.types import Request, SamplingParams

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from schedrl.config import load_config
-from schedrl.orchestrate.sync import train
+from schedrl.orchestrate.run import train
 from schedrl.training.run_dir import RunDir
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

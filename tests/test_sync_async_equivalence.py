@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from schedrl.config import config_from_dict
-from schedrl.orchestrate.sync import train
+from schedrl.orchestrate.run import train
 from schedrl.training.run_dir import RunDir, read_metrics
 
 BASE = {

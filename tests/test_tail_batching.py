@@ -119,7 +119,7 @@ def test_the_pipeline_runs_short_rounds_then_the_deferred_long_round_and_resumes
     6 deferred prompts. Stopped after two steps and resumed, the long round runs from the checkpoint."""
     import json
 
-    from schedrl.orchestrate.sync import train
+    from schedrl.orchestrate.run import train
     from schedrl.training.checkpoint import latest_checkpoint
     from schedrl.training.run_dir import RunDir, read_metrics
 

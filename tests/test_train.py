@@ -12,8 +12,8 @@ import pytest
 from schedrl.cli import main
 from schedrl.config import config_from_dict
 from schedrl.envs.scoring import RewardError
+from schedrl.orchestrate.run import train
 from schedrl.orchestrate.step_metrics import TIMING_KEYS
-from schedrl.orchestrate.sync import train
 from schedrl.training.run_dir import RunDir, read_metrics
 
 TIMING = set(TIMING_KEYS)

@@ -19,7 +19,7 @@ import torch
 from schedrl.api import resolve_config
 from schedrl.config import ConfigError, config_from_dict
 from schedrl.engine import EngineConfig
-from schedrl.orchestrate.sync import train
+from schedrl.orchestrate.run import train
 from schedrl.training.run_dir import RunDir, read_metrics
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None

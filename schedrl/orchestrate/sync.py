@@ -1,6 +1,4 @@
-"""The synchronous loop, and a whole training run: warm start, the loop, the evaluation after.
-
-`StepCluster` is the `Loop`'s cluster in one process with no threads: the schedule's defaults (k = 0,
+"""The synchronous loop: `StepCluster` is the `Loop`'s cluster in one process with no threads: the schedule's defaults (k = 0,
 `wave`, `drain`) make it the on-policy reference every asynchronous mode must match (tasks -> G samples
 each -> rewards -> advantages -> update -> weights to the engine).
 """
@@ -11,24 +9,19 @@ import logging
 import time
 from typing import Any
 
-from schedrl.config import RunConfig
 from schedrl.data import scored_groups
 from schedrl.distributed import WorkerStuckError
 from schedrl.distributed.workers import train_step
-from schedrl.envs import TaskSource
 from schedrl.orchestrate.after_update import StepCallback, after_update
 from schedrl.orchestrate.buffer import Group
-from schedrl.orchestrate.build import Components, build, save_ref_model
-from schedrl.orchestrate.evaluate import run_eval
+from schedrl.orchestrate.build import Components
 from schedrl.orchestrate.loop import Finished, Loop
-from schedrl.orchestrate.pipeline import issue_groups, run_pipeline
+from schedrl.orchestrate.pipeline import issue_groups
 from schedrl.orchestrate.step_metrics import timing_metrics
 from schedrl.orchestrate.update_batch import UpdateBatch
 from schedrl.orchestrate.watchdog import Watchdog
 from schedrl.timeline import TIMELINE_FILE, Recorder, append_spans
 from schedrl.training.checkpoint import save_checkpoint
-from schedrl.training.run_dir import RunDir, plot_reward_curve, read_metrics
-from schedrl.training.sft import sft_warmup
 from schedrl.types import Request, group_of
 
 log = logging.getLogger(__name__)
@@ -190,27 +183,6 @@ def checkpoint(c: Components, step: int) -> None:
     )
 
 
-def warm_start(c: Components, on_sft_step: StepCallback | None = None) -> None:
-    """SFT warm-up, then the evaluation before RL; checkpointed as step 0."""
-    cfg = c.cfg
-    losses = sft_warmup(
-        c.model,
-        c.tokenizer,
-        c.source,
-        cfg.sft,
-        cfg.seed,
-        (lambda s, loss: on_sft_step(s, {"sft_loss": loss})) if on_sft_step else None,
-    )
-    c.engine.update_weights(c.model.state_dict(), version=0)
-    save_ref_model(c)
-    c.state["eval_before"] = run_eval(c)
-    row = {f"eval/{k}": v for k, v in c.state["eval_before"].items()}
-    if losses:
-        row |= {"sft_loss_first": losses[0], "sft_loss_last": losses[-1]}
-    c.logger.log(0, row)
-    checkpoint(c, 0)
-
-
 def run_sync(c: Components, on_step: StepCallback | None = None) -> None:
     """Train `c` from its current step to `cfg.steps` with the synchronous loop (`StepCluster`)."""
     watchdog = Watchdog(c.cfg.pipeline.worker_timeout_s)
@@ -222,41 +194,3 @@ def run_sync(c: Components, on_step: StepCallback | None = None) -> None:
         raise WorkerStuckError(watchdog.fired) from None  # the interrupt landed just after its phase
     finally:
         watchdog.close()
-
-
-def train(
-    cfg: RunConfig,
-    run: RunDir,
-    resume: bool = False,
-    on_step: StepCallback | None = None,
-    on_sft_step: StepCallback | None = None,
-    source: TaskSource | None = None,
-) -> dict:
-    """Run (or resume) a whole training run; returns the before/after evaluation. `source` replaces the
-    task that `cfg.task` names (tasks built from objects: `schedrl.Trainer`)."""
-    c = build(cfg, run, resume, source)
-    try:
-        if c.start_step is None:
-            warm_start(c, on_sft_step)
-        if cfg.pipeline.mode == "async":
-            run_pipeline(c, on_step)
-        else:
-            run_sync(c, on_step)
-        if "eval_after" not in c.state:  # resumed after the last step had been saved
-            c.state["eval_after"] = run_eval(c)
-    finally:
-        c.logger.close()
-        if c.rollout is not None:
-            c.rollout.close()
-        close = getattr(c.engine, "close", None)  # vLLM's: shut down now, not whenever it is collected
-        if close is not None:
-            close()
-    plot_reward_curve(
-        read_metrics(run.metrics_path), run.plot_path, title=f"{cfg.task.name}: reward per step"
-    )
-    return {
-        "eval_before": c.state.get("eval_before", {}),
-        "eval_after": c.state["eval_after"],
-        "run_dir": str(run.root),
-        "plot": str(run.plot_path),
-    }

@@ -1,18 +1,15 @@
-"""The RL loop over simulated engines and a learner, under a schedule: the pipeline's own policies.
+"""The training loop on a virtual clock: `ClusterSim` is the `Loop`'s cluster for a scenario.
 
-The loop is the asynchronous pipeline's (`schedrl.orchestrate.pipeline`), event by event on a
-simulated clock: groups are issued a step's batch at a time; a group is admitted when the
-staleness rule `may_admit` lets it (the consumption policy says where it stands), and goes to the
-engine holding the fewest requests; an update starts when the consumption policy hands it a batch
-(stale samples purged by `StalenessBound.trainable`) and the learner is free; its weights reach the
-engines as the weight-sync policy says (`drain`, `inflight`, `cut_resume`, the registered ones,
-through a fleet with the real fleet's `stage` / `flush` / `push` / `cut`). The schedule is a training
-run's own record (`schedrl.config.Schedule`); its defaults (k = 0, `drain`, `wave`) are the synchronous
-loop, as in the real pipeline.
+The loop is the one a training run uses (`schedrl.orchestrate.loop`): admission under the staleness
+bound, the purge, the consumption policy's take and the weight-sync policy are the same code, under a
+training run's own `Schedule`. What is simulated here: the engines (`SimEngine`, a group to the one
+holding the fewest requests, `sim.fleet`), the learner's cost, tool calls with their waits, and long-tail
+migration. A group's lengths are drawn from the workload when it is issued.
 
-Events come from a heap: each engine's next finish (invalidated when the engine changes) and the
-learner's next update. A weight sync pauses an engine for `SyncCost.sync_s`; colocated placement adds
-`cluster.switch_s` each way around every update, on the learner's clock.
+Events come from a heap: each engine's next finish (invalidated when the engine changes), the learner's
+next update and the next tool answer; `poll` takes the earliest. A weight sync pauses an engine for
+`SyncCost.sync_s`; colocated placement adds `cluster.switch_s` each way around every update, on the
+learner's clock.
 """
 
 from __future__ import annotations
@@ -32,6 +29,7 @@ from schedrl.rollout.ordering import LengthOrdered
 from schedrl.rollout.predictors import LengthPredictor
 from schedrl.rollout.tool_wait import TOOL_WAITS, Back, Turn
 from schedrl.sim.engine import Job, SimEngine
+from schedrl.sim.fleet import SimFleet
 from schedrl.sim.scenario import Scenario
 from schedrl.timeline import Span
 
@@ -43,67 +41,6 @@ class GivenPrediction(LengthPredictor):
 
     def predict(self, request: Any) -> float:
         return float(request.predicted)
-
-
-class SimFleet:
-    """The engines, with the interface the weight-sync policies call (`schedrl.orchestrate.fleet`)."""
-
-    def __init__(self, engines: list[SimEngine], sync_s: float) -> None:
-        self.engines, self.sync_s = engines, sync_s
-        self.version = 0
-        self.staged: tuple[object, int] | None = None
-        self.now = 0.0
-        self.cut_jobs: list[Job] = []
-        self.syncs = 0
-        self.in_flight = 0  # jobs the engines hold (running or waiting)
-        self.touched: set[int] = set()  # engines sent work since the loop last looked
-        self.finished: list[Job] = []  # jobs that finished while an engine was advanced to `now`
-
-    @property
-    def idle(self) -> bool:
-        return self.in_flight == 0
-
-    def send(self, jobs: list[Job], divide: bool, front: bool = False, to: int | None = None) -> None:
-        """Each group (each job, if `divide`) to the engine holding the fewest jobs (or to engine `to`:
-        where its keys and values are parked); `front`: ahead of the engine's waiting requests."""
-        units = [[j] for j in jobs] if divide else _by_group(jobs)
-        load = [(e.held, e.index) for e in self.engines if to is None or e.index == to]
-        heapq.heapify(load)
-        for unit in units:
-            held, i = heapq.heappop(load)
-            e = self.engines[i]
-            self.finished += e.advance(self.now)
-            e.submit(unit, front)
-            heapq.heappush(load, (e.held, i))
-            self.touched.add(i)
-        self.in_flight += len(jobs)
-
-    def push(self, weights, version: int, skip: int | None = None) -> None:
-        for e in self.engines:
-            e.load_weights(version, self.now, self.sync_s)
-        self.version = version
-        self.syncs += 1
-
-    def stage(self, weights, version: int) -> None:
-        self.staged = (weights, version)
-
-    def flush(self, skip: int | None = None) -> None:
-        if self.staged is not None:
-            self.push(*self.staged)
-            self.staged = None
-
-    def cut(self) -> None:
-        for e in self.engines:
-            jobs = e.cut()
-            self.cut_jobs += jobs
-            self.in_flight -= len(jobs)
-
-
-def _by_group(jobs: list[Job]) -> list[list[Job]]:
-    out: dict[int, list[Job]] = {}
-    for j in jobs:
-        out.setdefault(id(j.group), []).append(j)
-    return list(out.values())
 
 
 @dataclass
