@@ -12,11 +12,15 @@ The loop keeps the books and leaves every what-runs-when decision to a policy of
 * weight sync: when an update ends, the weight-sync policy decides when its weights reach the engines
   and what happens to the requests they hold.
 
-What runs is a `Cluster`, engines and a learner on one clock: on the real clock
-(`orchestrate.pipeline.Pipeline`) engine and learner workers on the local, threads or Ray backend,
-`poll` waiting for their calls; on the virtual clock (`sim.cluster.ClusterSim`) the simulator's engines
-and the learner's cost model, `poll` taking the next event off a heap. The synchronous loop is the
-schedule's defaults: k = 0, `wave`, `drain`.
+What runs is a `Cluster`, engines and a learner on one clock:
+
+* `orchestrate.sync.StepCluster`: this process's engine and learner, no threads; a poll generates every
+  admitted request to the end (in the schedule's rollout mode), or runs the launched update. Under the
+  schedule's defaults (k = 0, `wave`, `drain`) it is the synchronous on-policy loop;
+* `orchestrate.pipeline.Pipeline`: engine and learner workers on the local, threads or Ray backend;
+  a poll waits for their calls (the asynchronous pipeline);
+* `sim.cluster.ClusterSim`: the simulator's engines and the learner's cost model on a virtual clock; a
+  poll takes the next event off a heap.
 """
 
 from __future__ import annotations
