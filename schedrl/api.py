@@ -189,12 +189,21 @@ def train(
     on_sft_step: StepCallback | None = None,
     sets: Sequence[str] = (),
     source: Any = None,
+    verbose: bool = False,
     **overrides: Any,
 ) -> Result:
     """Train with a recipe (a YAML path, a dict, a `RunConfig`, or None for the defaults) and keyword
     overrides, or continue the run directory `resume` from its last checkpoint (its saved config, with
     any overrides). `on_step(step, metrics)` sees every logged step; `sets` are ``a.b=c`` overrides;
-    `source` replaces the task the config names (what `Trainer` passes)."""
+    `source` replaces the task the config names (what `Trainer` passes). Quiet as the command line is:
+    `verbose=True` lets transformers print its progress bars and warnings."""
+    from schedrl.models.loading import hf_output
+
+    with hf_output(verbose):
+        return _train(config, resume, on_step, on_sft_step, sets, source, overrides)
+
+
+def _train(config, resume, on_step, on_sft_step, sets, source, overrides: dict[str, Any]) -> Result:
     from schedrl.classic import is_classic
     from schedrl.orchestrate.run import train as run_training
     from schedrl.training.run_dir import RunDir

@@ -143,3 +143,24 @@ def test_a_run_that_fails_validation_leaves_no_run_directory(tmp_path, capsys):
     with pytest.raises(ValueError, match="unknown task 'nope'"):
         schedrl.train(task={"name": "nope"}, out_dir=str(tmp_path / "py"))
     assert not (tmp_path / "py").exists()
+
+
+def test_the_api_is_quiet_unless_verbose_and_the_demo_does_not_warn_about_its_start(tmp_path, capfd, caplog):
+    from transformers.utils import logging as hf_logging
+
+    tiny = {
+        "steps": 2,
+        "save_every": 2,
+        "sft": {"steps": 2},
+        "eval": {"tasks": 4, "k": 1},
+        "out_dir": str(tmp_path),
+    }
+    bars = hf_logging.is_progress_bar_enabled()
+    schedrl.train(DEMO, name="quiet", **tiny)
+    quiet = capfd.readouterr().err
+    schedrl.train(DEMO, name="loud", verbose=True, **tiny)
+    loud = capfd.readouterr().err
+    assert "Writing model shards" in loud and "Writing model shards" not in quiet
+    assert hf_logging.is_progress_bar_enabled() == bars  # as it was before the run
+    # the demo's start is near 0 by design (T = 1.2, clip-higher): it does not warn about itself
+    assert "min_start_reward" not in caplog.text
