@@ -93,3 +93,45 @@ def test_a_registered_weight_sync_policy_runs_in_the_simulator_and_its_search(ev
 def test_an_off_policy_schedule_needs_a_correction_in_one_process_too():
     with pytest.raises(ConfigError, match=r"algo.correction.*inflight"):
         resolve_config({"schedule": {"max_staleness": 1, "weight_sync": "inflight"}})
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        {"max_staleness": 1, "weight_sync": "inflight"},
+        {"max_staleness": 2, "consumption": "partial", "consumption_args": {"overprovision": 1.5}},
+        {"consumption": "tail", "consumption_args": {"eta": 1.5}},
+        {
+            "max_staleness": 1,
+            "weight_sync": "inflight",
+            "rollout": "pruning",
+            "rollout_args": {"keep": 2, "check_tokens": 1},
+        },
+    ],
+    ids=["k1", "partial_k2", "tail", "pruning_k1"],
+)
+def test_the_loop_in_one_process_runs_a_schedule_within_its_bound(tmp_path, schedule):
+    """`mode: sync` is the loop in one process: k, consumption, weight sync and the rollout mode all apply
+    (a batch admitted under older weights trains later, never older than k)."""
+    cfg = config_from_dict(
+        {
+            "task": {"name": "sort", "args": {"min_len": 2, "max_len": 3}},
+            "sft": {"steps": 10, "batch_size": 16, "lr": 1e-3},
+            "sampling": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 4, "temperature": 1.2},
+            "algo": {"correction": "decoupled"},
+            "eval": {"tasks": 4, "k": 1},
+            "min_start_reward": 0.0,
+            "steps": 4,
+            "save_every": 0,
+            "schedule": schedule,
+            "out_dir": str(tmp_path),
+            "name": "one_process",
+        }
+    )
+    rows: list[dict] = []
+    train(cfg, RunDir.create(tmp_path, "one_process"), on_step=lambda step, m: rows.append(m))
+    k = schedule.get("max_staleness", 0)
+    assert len(rows) == 4 and all(r["staleness_max"] <= k for r in rows)
+    assert (max(r["staleness_max"] for r in rows) > 0) == (k > 0)  # k > 0 is used, not ignored
+    if schedule.get("rollout") == "pruning":
+        assert all(r["pruned_samples"] > 0 for r in rows)
