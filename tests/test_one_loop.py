@@ -40,19 +40,19 @@ def every_other(monkeypatch):
     PUSHED.clear()
 
 
-def _run_cfg(tmp_path, name, **pipeline):
+def _run_cfg(tmp_path, name, schedule, **pipeline):
     return config_from_dict(
         {
             "task": {"name": "sort", "args": {"min_len": 2, "max_len": 3}},
             "sft": {"steps": 10, "batch_size": 16, "lr": 1e-3},
-            "sampling": {"prompts_per_step": 4, "group_size": 2, "max_new_tokens": 4},
+            "sampling": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 4, "temperature": 1.2},
             "algo": {"correction": "decoupled"},
             "eval": {"tasks": 4, "k": 1},
             "min_start_reward": 0.0,
             "steps": 4,
             "save_every": 0,
             "pipeline": pipeline,
-            "schedule": {"max_staleness": 1, "weight_sync": "every_other"},
+            "schedule": schedule,
             "out_dir": str(tmp_path),
             "name": name,
         }
@@ -63,7 +63,7 @@ def _run_cfg(tmp_path, name, **pipeline):
     "pipeline", [{}, {"mode": "async", "backend": "local"}], ids=["one_process", "pipeline"]
 )
 def test_a_registered_weight_sync_policy_runs_in_training(tmp_path, every_other, pipeline):
-    cfg = _run_cfg(tmp_path, "every_other", **pipeline)
+    cfg = _run_cfg(tmp_path, "every_other", {"max_staleness": 1, "weight_sync": "every_other"}, **pipeline)
     train(cfg, RunDir.create(tmp_path, cfg.name or "run"))
     assert PUSHED == [2, 4]
 
@@ -113,21 +113,7 @@ def test_an_off_policy_schedule_needs_a_correction_in_one_process_too():
 def test_the_loop_in_one_process_runs_a_schedule_within_its_bound(tmp_path, schedule):
     """`mode: sync` is the loop in one process: k, consumption, weight sync and the rollout mode all apply
     (a batch admitted under older weights trains later, never older than k)."""
-    cfg = config_from_dict(
-        {
-            "task": {"name": "sort", "args": {"min_len": 2, "max_len": 3}},
-            "sft": {"steps": 10, "batch_size": 16, "lr": 1e-3},
-            "sampling": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 4, "temperature": 1.2},
-            "algo": {"correction": "decoupled"},
-            "eval": {"tasks": 4, "k": 1},
-            "min_start_reward": 0.0,
-            "steps": 4,
-            "save_every": 0,
-            "schedule": schedule,
-            "out_dir": str(tmp_path),
-            "name": "one_process",
-        }
-    )
+    cfg = _run_cfg(tmp_path, "one_process", schedule)
     rows: list[dict] = []
     train(cfg, RunDir.create(tmp_path, "one_process"), on_step=lambda step, m: rows.append(m))
     k = schedule.get("max_staleness", 0)
