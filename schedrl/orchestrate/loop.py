@@ -110,7 +110,9 @@ class Loop:
             finished = self.cluster.poll()
             if finished is not None:
                 self.version += 1
-                self.weight_sync.on_update(self.cluster.fleet, finished.weights, self.version, self.resume)
+                self.weight_sync.on_update(
+                    self.cluster.fleet, finished.weights, self.version, self.cluster.resume
+                )
                 self.cluster.on_update(finished, self.version)
                 self.dirty = True
 
@@ -128,9 +130,6 @@ class Loop:
         if group.complete:
             self.completed.append(group)
             self.dirty = True
-
-    def resume(self) -> None:
-        self.cluster.resume()
 
     def admit(self) -> None:
         if not self.weight_sync.admits(self.cluster.fleet):
