@@ -15,19 +15,21 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"
 
 @contextmanager
 def hf_output(verbose: bool) -> Iterator[None]:
-    """transformers' progress bars and warnings off for the block unless `verbose`, then as they were."""
+    """transformers' progress bars and warnings off for the block (on, with `verbose`), then as they were."""
     from transformers.utils import logging as hf_logging
 
     bars, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
-    if not verbose:
+    if verbose:
+        hf_logging.enable_progress_bar()
+        hf_logging.set_verbosity_warning()
+    else:
         hf_logging.disable_progress_bar()
         hf_logging.set_verbosity_error()
     try:
         yield
     finally:
         hf_logging.set_verbosity(level)
-        if bars:
-            hf_logging.enable_progress_bar()
+        (hf_logging.enable_progress_bar if bars else hf_logging.disable_progress_bar)()
 
 
 def quiet_hf() -> None:
