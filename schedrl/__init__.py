@@ -3,9 +3,11 @@
 import schedrl
 schedrl.train("examples/demo.yaml", steps=20)           # a recipe and overrides: a Result
 schedrl.Trainer(model, tokenizer, reward_funcs=..., train_dataset=...).train()
+schedrl.GRPOTrainer(model, reward_funcs, args=schedrl.GRPOConfig(...), train_dataset=...)  # TRL's names
 """
 
 from schedrl.api import Result, Trainer, train
+from schedrl.grpo import GRPOConfig, GRPOTrainer
 
 __version__ = "0.1.0"
-__all__ = ["Result", "Trainer", "__version__", "train"]
+__all__ = ["GRPOConfig", "GRPOTrainer", "Result", "Trainer", "__version__", "train"]

@@ -56,6 +56,12 @@ class Result:
     config: Any  # the RunConfig (an LM run) or the ClassicConfig (a classic PPO run)
     seconds: float
 
+    def __str__(self) -> str:
+        key = next((k for k in ("pass@1", "mean_return", "reward_mean") if k in self.eval_after), None)
+        change = "" if key is None else f"{key} {self.eval_before.get(key, float('nan')):.3f} -> "
+        change += "" if key is None else f"{self.eval_after[key]:.3f}, "
+        return f"Result({change}{self.seconds:.1f} s, run_dir={str(self.run_dir)!r})"
+
     @property
     def metrics(self) -> list[dict[str, Any]]:
         """Every logged step of `metrics.jsonl`."""
@@ -401,7 +407,8 @@ class Trainer:
         run_dir = Path(cfg.out_dir) / name
         if (run_dir / "metrics.jsonl").exists():
             raise FileExistsError(
-                f"{run_dir} already holds a run; pass resume={str(run_dir)!r} to continue it"
+                f"{run_dir} already holds a run: continue it with train(resume={str(run_dir)!r}) "
+                "(GRPOTrainer: train(resume_from_checkpoint=True)), or name another directory"
             )
         data = merge_overrides(self.config, {"name": name})
         data["task"] = {
@@ -409,7 +416,10 @@ class Trainer:
             **self._task_config(run_dir / "data"),
         }  # name and args replaced
         if self.model is not None:
-            data.setdefault("model", {})["path"] = str(self._save_start(run_dir / "start_model"))
+            from schedrl.models.loading import hf_output
+
+            with hf_output(verbose=False):
+                data.setdefault("model", {})["path"] = str(self._save_start(run_dir / "start_model"))
         self.result = train(data, on_step=on_step, source=source)
         return self.result
 

@@ -96,8 +96,10 @@ class OptimConfig:
     lr: float = 3e-4  # peak learning rate
     weight_decay: float = 0.0  # AdamW weight decay
     betas: tuple[float, float] = (0.9, 0.999)  # AdamW betas
-    schedule: Literal["constant", "warmup", "cosine"] = "constant"  # learning-rate schedule
-    warmup_steps: int = 0  # linear warm-up steps (warmup and cosine)
+    # learning-rate schedule: constant; warmup (linear warm-up, then constant); cosine or linear (warm-up,
+    # then decay to 0 at the last update, as transformers' cosine and linear schedulers)
+    schedule: Literal["constant", "warmup", "cosine", "linear"] = "constant"
+    warmup_steps: int = 0  # linear warm-up steps (warmup, cosine and linear)
     max_grad_norm: float = 1.0  # gradient clipping; 0 disables
     micro_batch_size: int = 128  # sequences per forward/backward (gradient accumulation)
     micro_batch_tokens: int = 1024  # padded tokens per forward/backward (rows sorted by length); 0 = no cap
@@ -107,6 +109,8 @@ class OptimConfig:
     ppo_epochs: int = 1  # passes over each step's samples
     minibatches: int = 1  # optimizer steps per pass
     max_bad_steps: int = 5  # stop after this many non-finite losses in a row
+    # recompute activations in the backward pass (less memory, ~20-30% more learner time); HF models only
+    gradient_checkpointing: bool = False
 
 
 @dataclass
@@ -194,6 +198,7 @@ class LoggingConfig:
     project: str = "schedrl"  # W&B project / MLflow experiment
     wandb_mode: str | None = None  # online, offline or disabled; None: W&B's own default (WANDB_MODE)
     mlflow_tracking_uri: str | None = None  # None: a file store in the run directory (mlruns/)
+    every: int = 1  # mirror every N-th step's metrics to the backends (metrics.jsonl gets every step)
 
 
 @dataclass
@@ -203,7 +208,7 @@ class RunConfig:
     out_dir: str = "runs"  # parent of run directories
     name: str | None = None  # run directory name; None = task name + timestamp
     save_every: int = 50  # checkpoint every N steps; 0 only at the end
-    keep_last: int = 3  # checkpoints kept; older ones are deleted once a newer one is complete
+    keep_last: int | None = 3  # checkpoints kept (None: all); older ones go once a newer one is complete
     max_reward_error_rate: float = 0.05  # stop when more than this fraction of rewards raise
     min_start_reward: float = 0.1  # warn when RL starts below this mean reward (collapse risk)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -223,6 +228,7 @@ class RunConfig:
 _POSITIVE = {
     "steps",
     "keep_last",
+    "logging.every",
     "task.max_turns",
     "task.max_observation_tokens",
     "task.env_timeout_s",
@@ -382,6 +388,8 @@ def _validate(cfg: RunConfig) -> None:
         obj: Any = cfg
         for part in dotted.split("."):
             obj = getattr(obj, part)
+        if obj is None:  # an optional field left unset (keep_last: None keeps every checkpoint)
+            continue
         if dotted in _POSITIVE and obj <= 0:
             raise ConfigError(f"config field '{dotted}' must be > 0, got {obj!r}")
         if dotted in _NON_NEGATIVE and obj < 0:

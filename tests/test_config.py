@@ -27,7 +27,7 @@ def test_defaults_and_overrides():
         ),
         ({"optim": {"micro_batch_size": -2}}, "config field 'optim.micro_batch_size' must be > 0, got -2"),
         (
-            {"optim": {"schedule": "linear"}},
+            {"optim": {"schedule": "polynomial"}},
             "config field 'optim.schedule' must be one of 'constant', 'warmup'",
         ),
         ({"optim": {"betas": [0.9]}}, "config field 'optim.betas' must be tuple"),

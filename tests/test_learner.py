@@ -148,3 +148,33 @@ def test_adamw_is_fused_on_cpu_and_steps_as_the_per_tensor_loop():
     assert (a.weight - start).abs().min() > 0.01  # three steps of lr 0.1 moved every weight
     for p, q in zip(a.parameters(), b.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def _count_mlp_calls(model):
+    calls, mlp = [0], model.model.layers[0].mlp
+    forward = mlp.forward
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return forward(*args, **kwargs)
+
+    mlp.forward = counted
+    return calls
+
+
+@pytest.mark.parametrize("padding_free", [False, True])
+def test_gradient_checkpointing_recomputes_to_the_same_step(default_model, padding_free):
+    runs = {}
+    for on in (False, True):
+        model = copy.deepcopy(default_model)
+        calls = _count_mlp_calls(model)
+        learner = Learner(
+            model, OptimConfig(padding_free=padding_free, gradient_checkpointing=on), AlgoConfig(), 10
+        )
+        batch, adv = make_batch()
+        stats = [learner.update(batch, adv, step) for step in range(2)]
+        runs[on] = (torch.nn.utils.parameters_to_vector(model.parameters()).detach(), stats, calls[0])
+    # the backward pass runs each layer's forward again, and the step is the same
+    assert runs[True][2] > runs[False][2]
+    torch.testing.assert_close(runs[True][0], runs[False][0], atol=1e-6, rtol=0)
+    assert [s["loss"] for s in runs[True][1]] == pytest.approx([s["loss"] for s in runs[False][1]], abs=1e-6)

@@ -178,6 +178,7 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False, source: TaskSource 
         backends=cfg.logging.backends,
         options=dataclasses.asdict(cfg.logging),
         config=config_to_dict(cfg),
+        every=cfg.logging.every,
     )
     ctx = DataContext(source, cfg.seed, cfg.sampling.group_size, cfg.steps)
     data = SCHEDULERS.build(cfg.schedule.data, cfg.schedule.data_args, ctx)

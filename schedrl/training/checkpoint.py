@@ -80,7 +80,7 @@ def save_checkpoint(
     tokenizer,
     trainer_state: dict,
     state: dict,
-    keep_last: int = 3,
+    keep_last: int | None = 3,
     at: Callable[[str], None] | None = None,
 ) -> Path:
     """Write checkpoint `step` by the protocol above; keep the newest `keep_last`. `at(point)` is called
@@ -96,12 +96,12 @@ def write_checkpoint(
     ckpt_dir: Path,
     step: int,
     write: Callable[[Path], None],
-    keep_last: int = 3,
+    keep_last: int | None = 3,
     at: Callable[[str], None] | None = None,
 ) -> Path:
     """The protocol above around `write(tmp_dir)`, which fills the checkpoint (its `state.json` last: a
     checkpoint without one is incomplete)."""
-    if keep_last < 1:
+    if keep_last is not None and keep_last < 1:
         raise ValueError(f"keep_last must be >= 1, got {keep_last!r}")
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / f"step_{step:06d}"
@@ -141,7 +141,7 @@ def write_checkpoint(
     os.replace(pointer, ckpt_dir / LATEST)
     _fsync_dir(ckpt_dir)
     _mark(at, "pointed")
-    for old in sorted(ckpt_dir.glob("step_*"))[:-keep_last]:
+    for old in sorted(ckpt_dir.glob("step_*"))[: -keep_last if keep_last else 0]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 

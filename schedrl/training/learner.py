@@ -51,6 +51,17 @@ def _dtype(model: torch.nn.Module) -> torch.dtype:
     return next(model.parameters()).dtype
 
 
+def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
+    """Recompute each decoder layer's activations in the backward pass (`optim.gradient_checkpointing`):
+    transformers' own switch, non-reentrant, active in training mode only (so generation is unchanged)."""
+    enable = getattr(model, "gradient_checkpointing_enable", None)
+    if enable is None or not getattr(model, "supports_gradient_checkpointing", False):
+        raise ValueError(
+            f"optim.gradient_checkpointing: {type(model).__name__} does not support gradient checkpointing"
+        )
+    enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 class Learner:
     """Trains a policy with one registered loss: forward passes (padding-free, prompts forwarded once),
     micro-batching weighted by the loss's `LossSpec`, PPO epochs and minibatches, AdamW with a
@@ -86,6 +97,8 @@ class Learner:
         if "values" in self.spec.inputs:
             self.value_head = ValueHead(model.config.hidden_size).to(self.device)
             params = [*model.parameters(), *self.value_head.parameters()]
+        if optim.gradient_checkpointing:
+            enable_gradient_checkpointing(model)
         self.optimizer = adamw(params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay)
         schedule = make_schedule(optim.schedule, optim.lr, optim.warmup_steps, total_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: schedule(s) / optim.lr)

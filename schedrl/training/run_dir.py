@@ -129,6 +129,7 @@ class MetricsLogger:
         backends: tuple[str, ...] = ("tensorboard",),
         options: dict[str, Any] | None = None,
         config: dict[str, Any] | None = None,
+        every: int = 1,
     ) -> None:
         from schedrl.training.loggers import make_sinks
 
@@ -141,10 +142,12 @@ class MetricsLogger:
         self._file = run.metrics_path.open("a", encoding="utf-8")
         purge_step = None if resume_step is None else resume_step + 1
         self._sinks = make_sinks(backends, run.root, purge_step, options or {}, config or {})
+        self.every = every
         self._closed = False
 
     def log(self, step: int, metrics: dict[str, Any], prefix: str = "") -> None:
-        """Append ``{"step": step, prefix + key: value, ...}`` and write numbers as TensorBoard scalars.
+        """Append ``{"step": step, prefix + key: value, ...}`` and write numbers as TensorBoard scalars
+        (those of every `every`-th step; a prefixed row, such as an evaluation, always).
 
         The prefix (e.g. ``"eval/"``) goes on the JSON keys too, so eval and train rows of the same
         step stay distinguishable in ``metrics.jsonl``. Non-numeric values go to JSON only.
@@ -156,6 +159,8 @@ class MetricsLogger:
             raise ValueError(f"MetricsLogger.log: 'step' is reserved; got metrics key {prefix}step")
         self._file.write(json.dumps({"step": step, **row}) + "\n")
         self._file.flush()
+        if not prefix and step % self.every:
+            return  # a step between mirrored ones: in metrics.jsonl only
         scalars = {tag: float(value) for tag, value in row.items() if _is_number(value)}
         for sink in self._sinks:
             sink.log(step, scalars)

@@ -53,6 +53,23 @@ def cosine_decay(
     return schedule
 
 
+def linear_decay(value: float, total_steps: int, warmup_steps: int = 0) -> Schedule:
+    """Linear warm-up, then lr(t) = value * (T - t) / (T - w): 0 at t = T (transformers' `linear`)."""
+    _check("value", value)
+    _check("total_steps", total_steps, positive=True)
+    _check("warmup_steps", warmup_steps)
+    if warmup_steps >= total_steps:
+        raise ValueError(f"warmup_steps ({warmup_steps}) must be < total_steps ({total_steps})")
+    warm = linear_warmup(value, warmup_steps)
+
+    def schedule(step: int) -> float:
+        if step < warmup_steps:
+            return warm(step)
+        return value * max(0.0, (total_steps - step) / (total_steps - warmup_steps))
+
+    return schedule
+
+
 def make_schedule(name: str, lr: float, warmup_steps: int, total_steps: int) -> Schedule:
     if name == "constant":
         return constant(lr)
@@ -60,4 +77,6 @@ def make_schedule(name: str, lr: float, warmup_steps: int, total_steps: int) -> 
         return linear_warmup(lr, warmup_steps)
     if name == "cosine":
         return cosine_decay(lr, total_steps, warmup_steps)
-    raise ValueError(f"unknown schedule {name!r}; valid: constant, warmup, cosine")
+    if name == "linear":
+        return linear_decay(lr, total_steps, warmup_steps)
+    raise ValueError(f"unknown schedule {name!r}; valid: constant, warmup, cosine, linear")
