@@ -65,7 +65,7 @@ class EngineSection:
     max_concurrency: int = 256  # requests in the engine's running batch
     max_batched_tokens: int = 8192  # tokens per engine forward
     prefill_prompt_once: bool = True  # the samples of a prompt admitted in one step prefill it once
-    # cache slots beyond the running batch for trajectories parked during tool waits (task.tool_wait: pin)
+    # cache slots beyond the running batch for trajectories parked during tool waits (schedule.tool_wait: pin)
     park_slots: int = 0
 
 

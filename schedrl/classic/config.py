@@ -18,7 +18,7 @@ from schedrl.config import ConfigError, LoggingConfig, apply_sets, build_datacla
 @dataclass
 class EnvSection:
     id: str = "CartPole-v1"  # a Gymnasium id (registered by gymnasium or by an imported module)
-    num_envs: int = 8
+    num_envs: int = 8  # environment copies stepped together (a vector environment)
     # how the copies run: "sync" (one process, in turn), "async" (a process each), or "vector_entry_point"
     # (the environment's own batched implementation, where it has one, e.g. CartPole-v1)
     vectorization: Literal["sync", "async", "vector_entry_point"] = "sync"
@@ -32,7 +32,7 @@ class EnvSection:
     clip_obs: float = 10.0  # normalized observations are clipped to +- this
     # rewards divided by the running std of the discounted return (SB3's VecNormalize norm_reward), saved
     normalize_reward: bool = False
-    clip_reward: float = 10.0
+    clip_reward: float = 10.0  # normalized rewards are clipped to +- this
     module: str | None = None  # a module to import first, which registers `id` (e.g. "my_pkg.envs")
 
 
@@ -41,16 +41,16 @@ class PPOSection:
     n_steps: int = 128  # steps per environment per rollout
     batch_size: int = 64  # minibatch size
     n_epochs: int = 10  # passes over each rollout
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_range: float = 0.2
+    gamma: float = 0.99  # discount
+    gae_lambda: float = 0.95  # GAE's lambda: 1 is the Monte Carlo return, 0 one-step TD
+    clip_range: float = 0.2  # PPO's ratio clip epsilon
     clip_range_vf: float | None = None  # None: the value loss is not clipped (SB3's default)
     clip_schedule: Literal["constant", "linear"] = "constant"  # linear: to 0 at the last step
-    lr: float = 3e-4
-    lr_schedule: Literal["constant", "linear"] = "constant"
-    ent_coef: float = 0.0
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
+    lr: float = 3e-4  # Adam learning rate
+    lr_schedule: Literal["constant", "linear"] = "constant"  # linear: to 0 at the last step
+    ent_coef: float = 0.0  # weight of the entropy bonus
+    vf_coef: float = 0.5  # weight of the value loss
+    max_grad_norm: float = 0.5  # gradients clipped to this global norm
     normalize_advantage: bool = True  # per minibatch, as SB3 and CleanRL do
     target_kl: float | None = None  # stop the epochs of an update once the approximate KL passes this
     max_bad_steps: int = 5  # minibatches in a row whose loss or gradient is not finite before the run stops
@@ -62,7 +62,7 @@ class PolicySection:
     # the rows of a (entities, features) observation, one logit per row (a job shop's jobs)
     kind: Literal["mlp", "attention"] = "mlp"
     hidden: tuple[int, ...] = (64, 64)  # mlp: each of the two networks (actor and critic)
-    activation: Literal["tanh", "relu"] = "tanh"
+    activation: Literal["tanh", "relu"] = "tanh"  # mlp: the hidden layers' activation
     ortho_init: bool = True  # orthogonal weights: gain sqrt(2) hidden, 0.01 policy head, 1 value head
     log_std_init: float = 0.0  # continuous actions: the initial log standard deviation
     dim: int = 64  # attention: embedding width
@@ -76,9 +76,9 @@ class PretrainSection:
     # teacher_action(name) knows (e.g. "lpt" for schedrl/Admission-v0); None: start from random weights
     teacher: str | None = None
     decisions: int = 20_000  # teacher steps to imitate (over whole episodes)
-    epochs: int = 10
-    lr: float = 1e-3
-    batch_size: int = 256
+    epochs: int = 10  # passes over the teacher's decisions
+    lr: float = 1e-3  # Adam learning rate of the cloning
+    batch_size: int = 256  # decisions per cloning minibatch
     # the entropy bonus of the cloning loss, so the clone still explores: the teacher's action keeps
     # about 1 - (K - 1) exp(-1 / ent_weight) of the mass among K allowed ones (0.15: ~0.9 for K = 64)
     ent_weight: float = 1e-3
@@ -88,18 +88,18 @@ class PretrainSection:
 class ClassicEval:
     episodes: int = 20  # held-out episodes (seeds disjoint from training), greedy actions
     every: int = 0  # also evaluate every N updates; 0: only before and after training
-    deterministic: bool = True
+    deterministic: bool = True  # greedy actions (False: sampled from the policy)
     solved_return: float | None = None  # the 100-episode mean return that counts as solved, if any
 
 
 @dataclass
 class ClassicConfig:
-    seed: int = 0
+    seed: int = 0  # environments, weights and sampling all derive from it
     total_steps: int = 100_000  # environment steps (over all copies)
-    out_dir: str = "runs"
+    out_dir: str = "runs"  # run directories are made under this
     name: str | None = None  # None: the env id + a timestamp
     save_every: int = 0  # checkpoint every N updates; 0: only at the end
-    keep_last: int = 3
+    keep_last: int = 3  # checkpoints kept (older ones deleted)
     threads: int = 1  # torch threads: small networks run fastest on one
     env: EnvSection = field(default_factory=EnvSection)
     ppo: PPOSection = field(default_factory=PPOSection)

@@ -113,7 +113,7 @@ class LearnerCost:
 @dataclass
 class SyncCost:
     seconds: float | None = None  # a measured weight-sync time; else latency + bytes / bandwidth
-    latency_s: float = 0.0
+    latency_s: float = 0.0  # fixed seconds of a weight sync, before the bytes move
     bandwidth_gbs: float = 25.0  # effective trainer-to-engine bandwidth
 
     def sync_s(self, weight_bytes: float) -> float:

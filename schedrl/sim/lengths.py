@@ -36,7 +36,7 @@ class DistributionError(ValueError):
 
 @dataclass
 class LengthDist:
-    kind: str = "lognormal"
+    kind: str = "lognormal"  # the distribution: one of KINDS (lognormal, pareto, fixed, empirical)
     median: float = 512.0  # lognormal, fixed: the median length in tokens
     sigma: float = 1.0  # lognormal: the spread of log length within a group
     alpha: float = 1.5  # pareto: the tail index

@@ -31,18 +31,18 @@ class ModelSection:
 
 @dataclass
 class WorkloadSection:
-    prompts_per_step: int = 64
-    group_size: int = 8
-    prompt_tokens: int = 512
+    prompts_per_step: int = 64  # tasks per RL step
+    group_size: int = 8  # samples per task
+    prompt_tokens: int = 512  # tokens of each prompt
     lengths: LengthDist = field(default_factory=LengthDist)
     predictor_sigma: float = 0.5  # length-ordered admission: predictions off by a log-normal factor
     # multi-turn samples: a sample's length splits evenly into `turns` model turns; after each but the
     # last it leaves the engine for a tool call of tool_wait_s x exp(N(0, tool_wait_sigma)) seconds, and
     # comes back with `tool_tokens` more context, prefilled again with the whole history
     turns: int = 1
-    tool_wait_s: float = 0.0
-    tool_wait_sigma: float = 0.0
-    tool_tokens: int = 0
+    tool_wait_s: float = 0.0  # median seconds of a tool call
+    tool_wait_sigma: float = 0.0  # log-normal spread of a tool call's seconds
+    tool_tokens: int = 0  # tokens a tool's answer adds to the context
     # what a sample holds while it waits is the schedule's tool_wait, the pipeline's own policies
     # (schedrl.rollout.tool_wait): release, pin, priority, lockstep (TRL's tool loop)
     park_slots: int = 64  # pin: trajectories an engine keeps parked at once (the earliest to expire goes)
@@ -52,17 +52,18 @@ class WorkloadSection:
 
 @dataclass
 class ClusterSection:
-    gpus: int = 8
-    gpu: str = "h100"
-    memory_gb: float = 80.0
+    gpus: int = 8  # GPUs of the whole cluster
+    gpu: str = "h100"  # the GPU's name in the simulator's table of peak FLOP/s and bandwidth
+    memory_gb: float = 80.0  # memory per GPU
     gpus_per_engine: int = 1  # tensor parallel size of an engine instance
+    # colocated: engines and learner take turns on every GPU; disaggregated: each has its own GPUs
     placement: Literal["colocated", "disaggregated"] = "colocated"
     rollout_gpus: int = 0  # disaggregated: GPUs of the engines; the rest train
     switch_s: float = 0.0  # colocated: seconds to swap generation and training states, each way
     # disaggregated on shared hosts (the threads backend: workers share cores, memory bandwidth and the
     # GIL): how much slower an engine step and an update run than alone; 1.0 where devices are separate
     engine_interference: float = 1.0
-    learner_interference: float = 1.0
+    learner_interference: float = 1.0  # the same for an update
     # when they apply: always, or only while the other side works (an engine step while an update runs,
     # an update while engines hold requests): what a microbenchmark of the two side by side measures
     interference: Literal["always", "overlap"] = "always"
@@ -77,29 +78,29 @@ class EngineCostSection:
     overhead_s: float = 0.005  # per decode step
     max_batch: int = 256  # running requests per engine
     max_batched_tokens: int | None = None  # prefill tokens an admission may add (None: no cap)
-    memory_util: float = 0.9
+    memory_util: float = 0.9  # fraction of an engine's memory for weights and keys and values
     # explicit coefficients (None: derived from the model and the GPU)
     weights_s: float | None = None
-    kv_token_s: float | None = None
-    compute_token_s: float | None = None
-    prefill_token_s: float | None = None
+    kv_token_s: float | None = None  # per token of context a decode step reads
+    compute_token_s: float | None = None  # per token a decode step computes
+    prefill_token_s: float | None = None  # per prompt token prefilled
     # per key of a decode step's attention padded to the batch's longest context (the built-in engine
     # on a CPU pads; a paged-attention engine does not: 0)
     padded_key_s: float = 0.0
-    kv_capacity_tokens: int | None = None
+    kv_capacity_tokens: int | None = None  # tokens of keys and values an engine holds (None: from memory)
     combine: Literal["max", "sum"] = "max"  # sum: memory and compute time add (a CPU)
 
 
 @dataclass
 class Scenario:
-    name: str = "scenario"
+    name: str = "scenario"  # shown in the tables; a variant's is "file name: variant"
     source: str = ""  # where the numbers come from
     steps: int = 6  # RL steps to simulate
     warmup_steps: int = 1  # steps left out of the means (the pipeline filling)
     # learner updates per step: a step's prompts split into this many batches, each its own update and
     # weight sync (streaming trainers, e.g. verl fully async's require_batches x mini-batch); k counts updates
     updates_per_step: int = 1
-    seed: int = 0
+    seed: int = 0  # sampled lengths and tool waits derive from it
     model: ModelSection = field(default_factory=ModelSection)
     workload: WorkloadSection = field(default_factory=WorkloadSection)
     cluster: ClusterSection = field(default_factory=ClusterSection)
