@@ -59,6 +59,11 @@ def _default(f: dataclasses.Field) -> str:
     return "required"
 
 
+def _code(text: str) -> str:
+    """A code span in a table cell: MkDocs' tables keep a pipe inside backticks as text."""
+    return text.replace("\n", " ")
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -90,7 +95,7 @@ def reference(cls: type, title: str, level: int = 2) -> str:
         lines += ["| field | type | default | what it does |", "|---|---|---|---|"]
         for f in rows:
             lines.append(
-                f"| `{prefix}{f.name}` | `{_cell(_type(hints[f.name]))}` | `{_cell(_default(f))}` "
+                f"| `{prefix}{f.name}` | `{_code(_type(hints[f.name]))}` | `{_code(_default(f))}` "
                 f"| {_cell(docs.get(f.name, ''))} |"
             )
         lines.append("")

@@ -10,7 +10,10 @@ inline JavaScript build the table of contents. Each section is a ``<section id=.
 * ``staleness``: the histogram of trained tokens' staleness, and importance-ratio statistics
   (ratio mean and max, clip fraction, approximate KL);
 * ``schedulers``: what the schedulers decided: group sizes, domain shares, admission waits,
-  tool-wait actions (cached, reused, evicted and expired keys and values; tool outcomes);
+  tool-wait actions (cached, reused, evicted and expired keys and values per step; tool outcomes so
+  far, on a second axis); what carries nothing (one group size throughout, one domain, admission
+  waits all 0, a tool-wait count 0 at every step) is left out, and a note under the title says what
+  and why;
 * ``timeline``: the Gantt chart of what each worker did when, with idle fractions;
 * ``throughput``: tokens/s and step time; ``config``: the resolved config.
 
@@ -33,7 +36,12 @@ from schedrl.training.run_dir import read_metrics
 
 SECTIONS = ("rewards", "eval", "lengths", "staleness", "schedulers", "timeline", "throughput", "config")
 COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B2", "#937860", "#DA8BC3", "#8C8C8C")
+# The engine work of one step's episodes, per step: counter differences over the step's episodes
+# (EpisodeRunner.last_stats) and the most tokens cached during them.
 TOOL_WAIT_KEYS = ("prefill_tokens", "kv_reused_tokens", "kv_evicted", "kv_expired", "peak_cached_tokens")
+# Keys (by prefix) of counters that only grow over a run, drawn apart from the per-step counts:
+# `tool/<outcome>` is EpisodeRunner.tool_counts, every tool call's outcome since the run began.
+CUMULATIVE_PREFIXES = frozenset({"tool/"})
 
 
 @dataclass
@@ -218,28 +226,99 @@ def staleness_section(runs: Sequence[Run]) -> Section:
     return Section("staleness", "Staleness and importance ratios", _svg(fig), points, note)
 
 
+def _constant(values: Sequence[float]) -> float | None:
+    """The one value every point of `values` has, or None when they differ (or there are none)."""
+    return values[0] if values and all(v == values[0] for v in values) else None
+
+
+def _is_cumulative(key: str) -> bool:
+    return key.startswith(tuple(CUMULATIVE_PREFIXES))
+
+
+def _tool_panel(ax, run: Run, keys: list[str]) -> int:
+    """Per-step counts on the left axis; counters that only grow over the run on a second, right axis
+    (dashed), so the per-step counts keep a readable scale. The legend sits right of the panel."""
+    per_step = [k for k in keys if not _is_cumulative(k)]
+    totals = [k for k in keys if _is_cumulative(k)]
+    if not per_step:  # only running totals: they own the one axis
+        points = _lines(
+            ax, [(k, *run.series(k)) for k in totals], "tool calls: totals so far", "total so far"
+        )
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+        return points
+    points = _lines(ax, [(k, *run.series(k)) for k in per_step], "tool waits", "per step")
+    right = ax
+    if totals:
+        ax.set_title("tool waits: per step (solid, left axis), totals so far (dashed, right axis)")
+        right = ax.twinx()
+        for i, key in enumerate(totals):
+            xs, ys = run.series(key)
+            right.plot(
+                xs, ys, "--", color=COLORS[(len(per_step) + i) % len(COLORS)], label=key, linewidth=1.4
+            )
+            points += len(xs)
+        right.set_ylabel("total so far")
+    if ax.get_legend() is not None:
+        ax.get_legend().remove()
+    handles, labels = ax.get_legend_handles_labels()
+    if totals:
+        more = right.get_legend_handles_labels()
+        handles, labels = handles + more[0], labels + more[1]
+    right.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.1 if totals else 1.01, 1))
+    return points
+
+
 def schedulers_section(runs: Sequence[Run]) -> Section:
     run = runs[0]
     groups = [k for k in ("data/group_size_mean", "data/group_size_max") if run.series(k)[0]]
     domains = run.keys("data/domain/")
     waits = [k for k in ("queue_s_mean",) if run.series(k)[0]]
     tools = [k for k in (*TOOL_WAIT_KEYS, *run.keys("tool/")) if run.series(k)[0]]
-    panels = [p for p in (groups, domains, waits, tools) if p]
-    if not panels:
+    if not (groups or domains or waits or tools):
         return _empty("schedulers", "What the schedulers decided", "no scheduler metrics in this run")
-    fig, axes = _axes(len(panels), height=3.2)
-    titles = {
-        id(groups): ("data: samples per task", "samples"),
-        id(domains): ("data: domain shares", "share"),
-        id(waits): ("admission: mean wait", "seconds"),
-        id(tools): ("tool waits", "count"),
-    }
+    left_out = []
+    size = _constant([y for k in groups for y in run.series(k)[1]])
+    if size is not None:
+        left_out.append(f"samples per task ({size:g} for every task at every step: nothing decided)")
+        groups = []
+    if len(domains) == 1:
+        left_out.append(f"domain shares (one domain, {domains[0].split('/', 2)[-1]})")
+        domains = []
+    if waits and _constant([y for k in waits for y in run.series(k)[1]]) == 0:
+        left_out.append("admission wait (every wait was 0 s)")
+        waits = []
+    zeros = [k for k in tools if _constant(run.series(k)[1]) == 0]
+    if zeros:
+        tools = [k for k in tools if k not in zeros]
+        what = "tool waits" if not tools else ", ".join(zeros)
+        left_out.append(f"{what} (0 at every step)")
+    note = "left out: " + "; ".join(left_out) if left_out else ""
+
+    def shares(key: str) -> tuple[list[float], list[float]]:  # a domain a step gave no sample: 0 there
+        rows = [r for r in run.rows if any(k.startswith("data/domain/") for k in r)]
+        return [r["step"] for r in rows], [float(r.get(key, 0.0)) for r in rows]
+
+    def milliseconds(key: str) -> tuple[list[float], list[float]]:  # a few microseconds: 0.02, not 2e-5
+        xs, ys = run.series(key)
+        return xs, [y * 1000.0 for y in ys]
+
+    panels = [
+        ("data: samples per task", "samples", [(k, *run.series(k)) for k in groups]),
+        ("data: domain shares", "share", [(k, *shares(k)) for k in domains]),
+        ("admission: mean wait", "milliseconds", [(k, *milliseconds(k)) for k in waits]),
+    ]
+    panels = [p for p in panels if p[2]]
+    if not panels and not tools:
+        return _empty("schedulers", "What the schedulers decided", f"nothing to plot; {note}")
+    fig, axes = _axes(len(panels) + bool(tools), height=3.2)
     points = 0
-    for ax, keys in zip(axes, panels, strict=True):
-        title, ylabel = titles[id(keys)]
-        points += _lines(ax, [(k.split("/")[-1], *run.series(k)) for k in keys], title, ylabel)
+    for ax, (title, ylabel, lines) in zip(axes, panels, strict=False):
+        points += _lines(ax, [(k.split("/")[-1], xs, ys) for k, xs, ys in lines], title, ylabel)
         ax.legend(fontsize=7)
-    return Section("schedulers", "What the schedulers decided", _svg(fig), points)
+    if tools:
+        points += _tool_panel(axes[-1], run, tools)
+    fig.tight_layout()  # side by side, each panel's y label clear of its neighbour
+    return Section("schedulers", "What the schedulers decided", _svg(fig), points, note)
 
 
 def timeline_section(runs: Sequence[Run]) -> Section:
