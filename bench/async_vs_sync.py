@@ -122,14 +122,14 @@ def recipe(args, model_path: str, out: str, name: str, mode: dict) -> dict:
     }
 
 
-def warm_start(steps: int, seed: int, out: Path) -> str:
+def warm_start(steps: int, seed: int, out: Path, size: str = "tiny") -> str:
     from schedrl.config import SFTConfig
     from schedrl.envs import make_task
-    from schedrl.models import build_char_tokenizer, build_tiny_model
+    from schedrl.models import build_char_tokenizer, build_tiny_model, preset
     from schedrl.training.sft import sft_warmup
 
     tokenizer = build_char_tokenizer()
-    model = build_tiny_model(tokenizer)
+    model = build_tiny_model(tokenizer, preset(size))
     sft_warmup(model, tokenizer, make_task("longtail"), SFTConfig(steps=steps), seed)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -194,6 +194,12 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1.5e-4)
     parser.add_argument("--backend", choices=["threads", "ray"], default="threads")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--model",
+        choices=("tiny", "small"),
+        default="tiny",
+        help="the built-in model's size: tiny (~0.45M parameters) or small (~25M)",
+    )
     parser.add_argument("--modes", nargs="+", default=DEFAULT_MODES, choices=list(MODES))
     args = parser.parse_args()
     if "sync" not in args.modes:
@@ -210,7 +216,7 @@ def main() -> None:
         )
     results: dict[str, list[dict]] = {m: [] for m in args.modes}
     with tempfile.TemporaryDirectory() as tmp:
-        model_path = warm_start(args.sft_steps, args.seed, Path(tmp) / "start")
+        model_path = warm_start(args.sft_steps, args.seed, Path(tmp) / "start", args.model)
         for rnd in range(args.rounds):
             for mode in args.modes:
                 t = time.perf_counter()

@@ -43,7 +43,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from schedrl.engine import EngineConfig, HFEngine, StaticBatch
 from schedrl.envs import make_task
-from schedrl.models import build_char_tokenizer, build_tiny_model, default_device
+from schedrl.models import build_char_tokenizer, build_tiny_model, default_device, preset
 from schedrl.models.loading import move_to
 from schedrl.types import Request, SamplingParams
 
@@ -129,14 +129,15 @@ RL_RECIPE = {
 }
 
 
-def rl_step_seconds(backend: str, steps: int, batch: int, out: str) -> list[float]:
+def rl_step_seconds(backend: str, steps: int, batch: int, out: str, model: str = "tiny") -> list[float]:
     """Seconds per step of the synchronous loop with `backend` (generation, scoring, update, weight push)."""
     from schedrl.config import config_from_dict
     from schedrl.orchestrate.run import train
     from schedrl.training.run_dir import RunDir, read_metrics
 
     engine: dict = {"backend": backend, "max_concurrency": batch}
-    cfg = config_from_dict({**RL_RECIPE, "steps": steps, "engine": engine, "logging": {"backends": []}})
+    recipe = {**RL_RECIPE, "steps": steps, "engine": engine, "logging": {"backends": []}}
+    cfg = config_from_dict({**recipe, "model": {**recipe.get("model", {}), "preset": model}})
     run = RunDir.create(out, f"rl-{backend}-{time.time_ns()}")
     train(cfg, run)
     return [r["step_s"] for r in read_metrics(run.metrics_path) if "step_s" in r]
@@ -152,6 +153,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the engine owns one core of two)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", choices=("tiny", "small"), default="tiny", help="the built-in model's size")
     ap.add_argument("--device", default="auto", help="auto: CUDA when present, else CPU")
     ap.add_argument("--no-vllm", action="store_true", help="leave vLLM out even where it is installed")
     ap.add_argument("--rl-steps", type=int, default=12, help="RL steps per engine in the step-time part")
@@ -162,7 +164,7 @@ def main() -> None:
     if args.threads == 1 and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})  # one core: no migrations mid-run
     tokenizer = build_char_tokenizer()
-    model = build_tiny_model(tokenizer)
+    model = build_tiny_model(tokenizer, preset(args.model))
     move_to(model, default_device() if args.device == "auto" else args.device)
     work = workload(tokenizer, args.requests, args.seed)
     lengths = sorted(n for _, n in work)
@@ -197,6 +199,8 @@ def main() -> None:
         return round(statistics.median(x / y for x, y in zip(rates[a], rates[b], strict=True)), 3)
 
     result = {
+        "model": args.model,
+        "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 2),
         "requests": args.requests,
         "batch": args.batch,
         "output_len_median": statistics.median(lengths),
@@ -216,7 +220,9 @@ def main() -> None:
         if args.rl_steps > 0:
             step_s = {}
             for backend in ("builtin", "vllm"):
-                times = rl_step_seconds(backend, args.rl_steps, args.batch, args.out)[2:]  # past warm-up
+                times = rl_step_seconds(backend, args.rl_steps, args.batch, args.out, args.model)[
+                    2:
+                ]  # past warm-up
                 step_s[backend] = statistics.median(times)
                 print(
                     f"RL step  {backend:8s} median {step_s[backend]:.3f} s over {len(times)} steps",

@@ -44,7 +44,7 @@ import torch
 from schedrl.config import SFTConfig
 from schedrl.engine import EngineConfig, HFEngine
 from schedrl.envs import make_task
-from schedrl.models import build_char_tokenizer, build_tiny_model
+from schedrl.models import build_char_tokenizer, build_tiny_model, preset
 from schedrl.rollout import (
     DraftStore,
     HistoryPredictor,
@@ -207,6 +207,12 @@ def parse_args():
     ap.add_argument("--kv-frac", type=float, default=0.6, help="past_future budget / FCFS peak KV tokens")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--model",
+        choices=("tiny", "small"),
+        default="tiny",
+        help="the built-in model's size: tiny (~0.45M parameters) or small (~25M)",
+    )
     return ap.parse_args()
 
 
@@ -217,7 +223,7 @@ def main() -> None:
         os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})  # one core: no migrations mid-run
     t_start = time.perf_counter()
     tok, source = build_char_tokenizer(), make_task("longtail")
-    v0 = build_tiny_model(tok)
+    v0 = build_tiny_model(tok, preset(args.model))
     sft_warmup(v0, tok, source, SFTConfig(steps=args.sft_steps, batch_size=32, lr=1e-3), args.seed)
     v0.eval()
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0)

@@ -41,14 +41,14 @@ import math
 import os
 import random
 import time
+from dataclasses import replace
 
 import torch
 
 from schedrl.engine import EngineConfig, HFEngine, Priority, StepStats
 from schedrl.envs.base import Task
 from schedrl.envs.environment import Observation, StepResult
-from schedrl.models import build_char_tokenizer, build_tiny_model
-from schedrl.models.tiny import TinyModelConfig
+from schedrl.models import build_char_tokenizer, build_tiny_model, preset
 from schedrl.rollout.clock import VirtualClock, WallClock, linear_step_cost
 from schedrl.rollout.episodes import EpisodeRunner
 from schedrl.rollout.tool_wait import ToolWaitPolicy, make_tool_wait
@@ -238,13 +238,19 @@ def main() -> None:
     ap.add_argument("--p99-s", type=float, default=2.0)
     ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--model",
+        choices=("tiny", "small"),
+        default="tiny",
+        help="the built-in model's size: tiny (~0.45M parameters) or small (~25M)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.threads == 1 and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
     tokenizer = build_char_tokenizer()
     tokenizer.model_max_length = 2048
-    model = build_tiny_model(tokenizer, TinyModelConfig(max_position_embeddings=2048))
+    model = build_tiny_model(tokenizer, replace(preset(args.model), max_position_embeddings=2048))
     coef, r2 = calibrate(model, tokenizer, args)
     print(
         f"step cost fit (R^2 {r2:.3f}): {coef[0] * 1e3:.3f} ms + {coef[1] * 1e6:.1f} us/decode row + "

@@ -49,7 +49,7 @@ import torch
 from schedrl.config import config_from_dict
 from schedrl.engine import EngineConfig, HFEngine
 from schedrl.envs import Task, make_task
-from schedrl.models import build_char_tokenizer, build_tiny_model, load_model_and_tokenizer
+from schedrl.models import build_char_tokenizer, build_tiny_model, load_model_and_tokenizer, preset
 from schedrl.orchestrate.evaluate import evaluate
 from schedrl.orchestrate.run import train
 from schedrl.seeding import derive_seed
@@ -85,12 +85,12 @@ G, PROMPTS, LR, TEMPERATURE = 8, 16, 3e-4, 1.0
 WINDOW = 20
 
 
-def sft_start(workload: dict, seed: int, out: Path) -> Path:
+def sft_start(workload: dict, seed: int, out: Path, size: str = "tiny") -> Path:
     """The shared starting point: the tiny model after the same SFT warm-up."""
     from schedrl.config import SFTConfig
 
     tokenizer = build_char_tokenizer()
-    model = build_tiny_model(tokenizer)
+    model = build_tiny_model(tokenizer, preset(size))
     source = make_task(workload["task"]["name"], **workload["task"]["args"])
     sft_warmup(model, tokenizer, source, SFTConfig(steps=workload["sft_steps"]), seed)
     model.save_pretrained(out)
@@ -317,6 +317,12 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="override schedrl's config on every workload, after the workload's schedule",
     )
+    ap.add_argument(
+        "--model",
+        choices=("tiny", "small"),
+        default="tiny",
+        help="the built-in model's size: tiny (~0.45M parameters) or small (~25M)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from transformers.utils import logging as hf_logging
@@ -338,7 +344,7 @@ def main() -> None:
         results[name] = {"trl": [], "schedrl": []}
         for seed in range(args.seeds):
             work = Path(tempfile.mkdtemp(prefix=f"vs_trl_{name}_{seed}_"))
-            start = sft_start(workload, seed, work / "start")
+            start = sft_start(workload, seed, work / "start", args.model)
             order = ("trl", "schedrl") if seed % 2 == 0 else ("schedrl", "trl")  # alternate who runs first
             for system in order:
                 if system == "trl":

@@ -116,11 +116,11 @@ def cmd_engine_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_make_tiny(args: argparse.Namespace) -> int:
-    from schedrl.models import TinyModelConfig, save_tiny_model
+    from schedrl.models import preset, save_tiny_model
 
     quiet_hf()
-    path = save_tiny_model(args.path, TinyModelConfig(seed=args.seed))
-    console.print(f"saved tiny model and tokenizer to {path}")
+    path = save_tiny_model(args.path, preset(args.preset, args.seed))
+    console.print(f"saved the {args.preset} model and its tokenizer to {path}")
     return 0
 
 
@@ -198,9 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--model", default=None, help="HF model directory (default: the built-in tiny model)")
     demo.set_defaults(fn=cmd_engine_demo)
-    tiny = sub.add_parser("make-tiny", help="save the offline tiny model and tokenizer to PATH")
+    tiny = sub.add_parser("make-tiny", help="save an offline built-in model and its tokenizer to PATH")
     tiny.add_argument("path")
     tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument(
+        "--preset", choices=("tiny", "small"), default="tiny", help="tiny (~0.45M) or small (~25M)"
+    )
     tiny.set_defaults(fn=cmd_make_tiny)
     listing = sub.add_parser("list", help=cmd_list.__doc__)
     listing.add_argument("what", choices=("algos",))

@@ -24,8 +24,9 @@ class ConfigError(ValueError):
 
 @dataclass
 class ModelConfig:
-    path: str | None = None  # HF model directory; None builds the offline tiny model
-    tiny_seed: int = 0  # weight-init seed of the tiny model
+    path: str | None = None  # HF model directory; None builds the offline model `preset` names
+    preset: Literal["tiny", "small"] = "tiny"  # with no path: tiny (~0.45M parameters) or small (~25M)
+    tiny_seed: int = 0  # weight-init seed of the built-in model
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bfloat16 on a GPU, float32 on CPU
     # learner attention; auto: eager on CPU (faster on short rows), sdpa on GPU
     attn_implementation: str = "auto"

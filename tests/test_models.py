@@ -54,3 +54,32 @@ def test_directory_without_tokenizer_is_a_clear_error(tmp_path):
 def test_missing_directory_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_tokenizer(tmp_path / "nope")
+
+
+def test_presets_name_the_two_built_in_sizes():
+    from schedrl.models import PRESETS, build_tiny_model, preset
+
+    tok = build_char_tokenizer()
+    counts = {}
+    for name in PRESETS:
+        model = build_tiny_model(tok, preset(name))
+        counts[name] = sum(p.numel() for p in model.parameters())
+    # tiny: 2 layers of width 128; small: 8 layers of width 512 (4 * 512^2 + 3 * 512 * 1344 per layer)
+    assert 0.4e6 < counts["tiny"] < 0.5e6
+    per_layer = 4 * 512**2 + 3 * 512 * 1344 + 2 * 512
+    assert counts["small"] == 8 * per_layer + len(tok) * 512 + 512
+    assert preset("small", seed=3).seed == 3 and preset("small").hidden_size == 512
+    with pytest.raises(ValueError, match="unknown model preset 'huge'; valid: tiny, small"):
+        preset("huge")
+
+
+def test_model_preset_builds_the_small_model_for_a_run():
+    from schedrl.api import resolve_config
+    from schedrl.config import ConfigError
+    from schedrl.orchestrate.build import load_policy
+
+    cfg = resolve_config(None, {"model": {"preset": "small"}})
+    model, _ = load_policy(cfg, None, torch.device("cpu"))
+    assert model.config.hidden_size == 512 and model.config.num_hidden_layers == 8
+    with pytest.raises(ConfigError, match="model.preset"):
+        resolve_config(None, {"model": {"preset": "medium"}})

@@ -25,7 +25,7 @@ from schedrl.envs import Environment, TaskSource, make_env, make_task
 from schedrl.envs.scoring import RewardScorer
 from schedrl.models import build_char_tokenizer, build_tiny_model, default_device, load_model_and_tokenizer
 from schedrl.models.loading import move_to
-from schedrl.models.tiny import TinyModelConfig
+from schedrl.models.tiny import preset
 from schedrl.rollout.episodes import EpisodeRunner
 from schedrl.rollout.registry import ADMISSION
 from schedrl.rollout.step import StepRollout
@@ -105,7 +105,7 @@ def load_policy(cfg: RunConfig, path: str | Path | None, device: torch.device) -
         model, tokenizer = load_model_and_tokenizer(path, device)
     else:
         tokenizer = build_char_tokenizer()
-        model = build_tiny_model(tokenizer, TinyModelConfig(seed=cfg.model.tiny_seed))
+        model = build_tiny_model(tokenizer, preset(cfg.model.preset, cfg.model.tiny_seed))
         move_to(model, device)
     model.set_attn_implementation(attn_implementation(cfg, device))
     return model, tokenizer
