@@ -177,10 +177,12 @@ def main() -> None:
         "engine_cb": lambda: run_engine(model, tokenizer, work, args.batch),
         "engine_ceiling": lambda: run_engine(model, tokenizer, ceiling_work, args.batch, StaticBatch()),
         "engine_decode_ceiling": lambda: run_engine(model, tokenizer, decode_work, args.batch, StaticBatch()),
+        "engine_decode_cb": lambda: run_engine(model, tokenizer, decode_work, args.batch),
     }
     if with_vllm:
         vllm_run = vllm_runner(model, tokenizer, args.batch)
         systems["vllm_cb"] = lambda: vllm_run(work)
+        systems["vllm_decode"] = lambda: vllm_run(decode_work)  # the decode-heavy work, as the ceiling's
         vllm_run(work[:64])  # warm-up
     run_engine(model, tokenizer, work[:64], args.batch)  # warm-up
     rates: dict[str, list[float]] = {name: [] for name in systems}
@@ -217,6 +219,8 @@ def main() -> None:
     }
     if with_vllm:
         result["builtin_vs_vllm"] = ratio("engine_cb", "vllm_cb")
+        # every request 64 tokens long (after its prompt), continuous batching on both engines
+        result["builtin_vs_vllm_decode"] = ratio("engine_decode_cb", "vllm_decode")
         if args.rl_steps > 0:
             step_s = {}
             for backend in ("builtin", "vllm"):

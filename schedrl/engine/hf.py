@@ -40,6 +40,7 @@ from schedrl.engine.admission import FCFS, AdmissionPolicy
 from schedrl.engine.attention import ATTN_NAME, LAYOUT_KWARG, StepLayout
 from schedrl.engine.base import FinishCallback, StepStats, TokenCallback, check_fits, run_to_completion
 from schedrl.engine.sampling import sample_tokens
+from schedrl.engine.weight_layout import store_input_major
 from schedrl.types import FinishReason, Request, Sample, Timings
 
 
@@ -57,6 +58,8 @@ class EngineConfig:
     # Requests admitted in one step with the same prompt (the G samples of a group) prefill it once:
     # the others copy its cached keys/values and sample from its logits with their own seeds
     prefill_prompt_once: bool = True
+    # CPU linear weights stored (in, out), so decode-sized products take BLAS's fast path (weight_layout.py)
+    input_major_weights: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_concurrency", "max_batched_tokens"):
@@ -120,6 +123,8 @@ class HFEngine:
         # The engine owns a copy: its attention is swapped for the packed kernel.
         self.model = copy.deepcopy(model).eval()
         self.model.set_attn_implementation(ATTN_NAME)
+        if self.config.input_major_weights:
+            store_input_major(self.model)
         self.device = next(self.model.parameters()).device
         self.admission = admission if admission is not None else FCFS()
         self.on_token, self.on_finish = on_token, on_finish
