@@ -34,6 +34,8 @@ def hf_greedy(model, tokenizer, prompts, max_new_tokens):
         ("static", EngineConfig(max_concurrency=16), StaticBatch()),
         ("continuous", EngineConfig(max_concurrency=3), None),
         ("token-capped", EngineConfig(max_concurrency=8, max_batched_tokens=40), None),
+        ("rows-alone", EngineConfig(max_concurrency=16, row_call_keys=0), None),
+        ("row-major", EngineConfig(max_concurrency=16, input_major_weights=False), None),
     ],
 )
 def test_greedy_matches_transformers_generate(model, tokenizer, mode, config, admission):

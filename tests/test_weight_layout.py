@@ -66,3 +66,18 @@ def test_the_engine_stores_its_copy_input_major_and_swaps_weights_into_it() -> N
     engine.update_weights(other.state_dict(), version=1)
     assert is_input_major(proj)
     torch.testing.assert_close(proj, other.model.layers[0].mlp.down_proj.weight)
+
+
+def test_split_decode_rows_sends_a_long_history_alone_and_keeps_similar_lengths_together() -> None:
+    from schedrl.engine.hf import split_decode_rows
+
+    short = [(i, i, 9) for i in range(31)]  # 31 rows of 10 keys
+    together, alone = split_decode_rows([*short, (31, 31, 999)], call_keys=160)
+    # together: 31 x 10 = 310 keys, plus 1,000 + 160 alone, against 32 x 1,000 all together
+    assert alone == [(31, 31, 999)] and sorted(together) == short
+    similar = [(i, i, 500 + i) for i in range(8)]
+    together, alone = split_decode_rows(similar, call_keys=160)
+    assert alone == [] and len(together) == 8  # 8 x 508 keys < 8 x ~504 + 8 x 160
+    together, alone = split_decode_rows(similar, call_keys=0)
+    assert together == [(0, 0, 500)] and len(alone) == 7  # no call overhead: only the shortest pads
+    assert split_decode_rows([], call_keys=160) == ([], [])

@@ -6,8 +6,9 @@ running request's new tokens: one token per decoding request, the whole prompt
 that extends a parked one (a tool's answer after a pinned turn). Each request owns a
 slot in a preallocated cache of shape (slots, kv_heads, max_len, head_dim) per layer.
 This function writes the step's keys and values into the slots, then attends in
-three groups: single-token rows against their slots' cached keys in one batched
-call, multi-token (prefill) rows from position 0 with a causal mask over this
+four groups: single-token rows against their slots' cached keys in one batched
+call padded to the longest of them, single-token rows with long histories one by one over
+exactly their keys (a view of the slot, no padding), multi-token (prefill) rows from position 0 with a causal mask over this
 step's keys, and extension rows (several tokens after a cached history) against
 their slots' cache with a causal mask offset by the history. No HF `Cache` object is
 involved, so any HF decoder whose attention goes through `ALL_ATTENTION_FUNCTIONS`
@@ -16,7 +17,7 @@ involved, so any HF decoder whose attention goes through `ALL_ATTENTION_FUNCTION
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import AttentionInterface
@@ -51,10 +52,14 @@ class StepLayout:
     ext_mask: torch.Tensor | None = (
         None  # (Be, 1, Lq, Lk) additive mask: a query sees keys up to its position
     )
+    # decode rows with long histories, each attending alone over exactly its keys: (packed index, slot,
+    # keys). A view of the slot's cache, no copy and no padding: one long row no longer makes every row
+    # of the batch attend over its length
+    long_rows: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 def _attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float | None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float | None
 ) -> torch.Tensor:
     """softmax(q k^T * scale + mask) v for q (B, H, Lq, D), k and v (B, Hkv, Lk, D), mask broadcast to (B, H, Lq, Lk).
 
@@ -66,7 +71,9 @@ def _attend(
         k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
         v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
     scores = q @ k.transpose(-1, -2)
-    scores.mul_(q.shape[-1] ** -0.5 if scale is None else scale).add_(mask)
+    scores.mul_(q.shape[-1] ** -0.5 if scale is None else scale)
+    if mask is not None:
+        scores.add_(mask)
     return scores.softmax(-1) @ v
 
 
@@ -91,6 +98,9 @@ def packed_attention(module, query, key, value, attention_mask=None, scaling=Non
             ks, vs = kc[layout.dec_slot, :, :length], vc[layout.dec_slot, :, :length]
             o = _attend(qs, ks, vs, layout.dec_mask, scaling)
             out[layout.dec_tok] = o[:, :, 0]
+    for tok, slot, length in layout.long_rows:
+        ks, vs = kc[slot : slot + 1, :, :length], vc[slot : slot + 1, :, :length]  # (1, Hkv, L, D) views
+        out[tok] = _attend(q[tok : tok + 1, :, None], ks, vs, None, scaling)[0, :, 0]
     if layout.pre_tok is not None and layout.pre_mask is not None:
         # Multi-token rows are whole prompts starting at position 0: their keys are this step's keys.
         qp = q[layout.pre_tok].transpose(1, 2)  # (Bp, H, Lq, D)

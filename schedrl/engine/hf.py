@@ -60,11 +60,17 @@ class EngineConfig:
     prefill_prompt_once: bool = True
     # CPU linear weights stored (in, out), so decode-sized products take BLAS's fast path (weight_layout.py)
     input_major_weights: bool = True
+    # What attending alone costs a decode row beyond its own keys, in keys (an extra call per layer): rows
+    # attend together padded to the longest of them, or alone over exactly their keys, whichever costs
+    # fewer keys (`split_decode_rows`). 160 is this CPU's measured overhead; 0 puts every row alone
+    row_call_keys: int = 160
 
     def __post_init__(self) -> None:
         for name in ("max_concurrency", "max_batched_tokens"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"EngineConfig.{name} must be > 0, got {getattr(self, name)}")
+        if self.row_call_keys < 0:
+            raise ValueError(f"EngineConfig.row_call_keys must be >= 0, got {self.row_call_keys}")
         if self.park_slots < 0:
             raise ValueError(f"EngineConfig.park_slots must be >= 0, got {self.park_slots}")
         if self.max_model_len is not None and self.max_model_len <= 1:
@@ -88,6 +94,28 @@ class _Seq:
 
     def pending(self) -> list[int]:
         return self.ids[self.n_cached :]
+
+
+def split_decode_rows(
+    rows: Sequence[tuple[int, int, int]], call_keys: int
+) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    """Decode rows (packed index, slot, position) split into those that attend together, padded to the
+    longest of them, and those that attend alone over exactly their keys (position + 1 of them).
+
+    Sorted by length, the together group is a shortest prefix of j rows; its cost in keys is j times the
+    j-th length, and each row alone costs its own length plus `call_keys` (the overhead of one more call).
+    The j of the lowest total wins: one long history among short ones goes alone, a batch of similar
+    lengths stays together."""
+    order = sorted(rows, key=lambda r: r[2])
+    lengths = [r[2] + 1 for r in order]
+    alone_cost = sum(lengths) + call_keys * len(lengths)  # j = 0: every row alone
+    best_j, best = 0, alone_cost
+    for j, length in enumerate(lengths, start=1):
+        alone_cost -= length + call_keys
+        cost = j * length + alone_cost
+        if cost <= best:
+            best_j, best = j, cost
+    return order[:best_j], order[best_j:]
 
 
 def _additive(allowed: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -325,7 +353,8 @@ class HFEngine:
 
     def _layout(self, seqs: Sequence[_Seq]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, StepLayout]:
         ids, pos, slots, last = [], [], [], []
-        dec_tok, dec_slot, dec_pos, pre_rows, ext_rows = [], [], [], [], []
+        decode: list[tuple[int, int, int]] = []  # (packed index, slot, position) of single-token rows
+        pre_rows, ext_rows = [], []
         first: dict[tuple[int, ...], int] = {}  # the tokens of a fresh multi-token row -> its index in seqs
         copies: list[tuple[int, int, int]] = []  # (slot, slot it copies, tokens): twins of an earlier row
         for r, seq in enumerate(seqs):
@@ -342,15 +371,18 @@ class HFEngine:
             slots.extend([seq.slot] * len(new))
             last.append(len(ids) - 1)
             if len(new) == 1:
-                dec_tok.append(start)
-                dec_slot.append(seq.slot)
-                dec_pos.append(seq.n_cached)
+                decode.append((start, seq.slot, seq.n_cached))
             elif seq.n_cached:  # a continuation of a parked request: its appended tokens
                 ext_rows.append((start, len(new), seq.slot, seq.n_cached))
             else:  # a newly admitted request: its prompt (and any resumed prefix)
                 pre_rows.append((start, len(new)))
+        batched, alone = split_decode_rows(decode, self.config.row_call_keys)
+        dec_tok, dec_slot, dec_pos = (
+            (list(c) for c in zip(*batched, strict=True)) if batched else ([], [], [])
+        )
         dev = self.device
         layout = StepLayout(self._cache, torch.tensor(slots, device=dev), torch.tensor(pos, device=dev))
+        layout.long_rows = [(tok, slot, position + 1) for tok, slot, position in alone]
         mask_dtype = self._cache[0][0].dtype
         if dec_tok:
             # Slots are handed out lowest first, so the busy ones sit at the front of the cache.
@@ -395,7 +427,7 @@ class HFEngine:
             layout.ext_mask = _additive(allowed, mask_dtype)[:, None]
         prefill = sum(n for _, n in pre_rows) + sum(n for _, n, _, _ in ext_rows)
         self.num_prefill_tokens += prefill
-        self.last_step = StepStats(len(dec_tok), prefill, sum(s.n_cached + len(s.pending()) for s in seqs))
+        self.last_step = StepStats(len(decode), prefill, sum(s.n_cached + len(s.pending()) for s in seqs))
         if copies:
             layout.copy_dst = torch.tensor([d for d, _, _ in copies], device=dev)
             layout.copy_src = torch.tensor([s for _, s, _ in copies], device=dev)
