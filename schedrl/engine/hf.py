@@ -377,9 +377,9 @@ class HFEngine:
             else:  # a newly admitted request: its prompt (and any resumed prefix)
                 pre_rows.append((start, len(new)))
         batched, alone = split_decode_rows(decode, self.config.row_call_keys)
-        dec_tok, dec_slot, dec_pos = (
-            (list(c) for c in zip(*batched, strict=True)) if batched else ([], [], [])
-        )
+        dec_tok = [tok for tok, _, _ in batched]
+        dec_slot = [slot for _, slot, _ in batched]
+        dec_pos = [position for _, _, position in batched]
         dev = self.device
         layout = StepLayout(self._cache, torch.tensor(slots, device=dev), torch.tensor(pos, device=dev))
         layout.long_rows = [(tok, slot, position + 1) for tok, slot, position in alone]
