@@ -52,6 +52,7 @@ class Request:
     task_id: str | None = None  # the task this request samples
     group_id: str | None = None  # the group this sample belongs to (one task, one step)
     sample_index: int = 0  # index of this sample within its group
+    program: str | None = None  # the program (an episode) whose calls share attained service (`las`)
     # Parking: once finished, keep this request's keys and values for this many seconds ...
     keep_kv_s: float = 0.0
     # ... for the request that names it here and whose prompt extends its tokens

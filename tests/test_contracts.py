@@ -58,7 +58,7 @@ def test_a_remote_call_is_the_method_by_reference():
 
 def test_the_switches_are_registries():
     assert ENGINES.names() == ["builtin", "vllm"]
-    assert (ENGINES.get("builtin").parks, ENGINES.get("vllm").parks) == (True, False)
+    assert ENGINES.get("builtin").features - ENGINES.get("vllm").features == {"park_slots"}
     assert WORKER_BACKENDS.names() == ["local", "ray", "threads"]
     assert LOGGERS.names() == ["mlflow", "tensorboard", "wandb"]
     assert isinstance(make_backend("test_contracts:Serial", num_engines=1), Serial)

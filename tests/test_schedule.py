@@ -26,6 +26,20 @@ class EveryGroup(Wave):
         return done or None
 
 
+class EngineWithoutPreemption:
+    """An engine backend that parks but cannot suspend a running request."""
+
+    features = frozenset({"park"})
+    check = staticmethod(lambda settings: None)
+
+
+class EngineWithoutParking:
+    """An engine backend that can suspend a running request but keeps nothing for a continuation."""
+
+    features = frozenset({"preempt"})
+    check = staticmethod(lambda settings: None)
+
+
 def test_a_run_and_a_scenario_hold_the_same_schedule_type():
     run = {f.name: f.type for f in dataclasses.fields(schedrl.config.RunConfig)}
     scenario = {f.name: f.type for f in dataclasses.fields(Scenario)}
@@ -109,8 +123,25 @@ def test_a_bad_argument_names_the_policy_the_argument_and_the_value(schedule, me
             r"'keep' must be below sampling.group_size=8.*got 8",
         ),
         (
-            {"schedule": {"tool_wait": "pin"}, "task": {"env": "tools"}, "engine": {"backend": "vllm"}},
-            r"tool-wait policy 'pin' parks trajectories \(parks = True\) and engine 'vllm' cannot park",
+            {
+                "schedule": {"admission": "las"},
+                "engine": {"backend": "test_schedule:EngineWithoutPreemption"},
+            },
+            r"'schedule.admission': admission policy 'las' cannot run on engine "
+            r"'test_schedule:EngineWithoutPreemption': it suspends the running calls of the most-served "
+            r"programs, and the engine does not \(its features: park\)",
+        ),
+        (
+            {
+                "schedule": {"admission": "priority", "admission_args": {"preempt": True}},
+                "engine": {"backend": "test_schedule:EngineWithoutPreemption"},
+            },
+            r"admission policy 'priority' cannot run on engine .*suspends lower-priority running requests",
+        ),
+        (
+            {"schedule": {"tool_wait": "pin"}, "engine": {"backend": "test_schedule:EngineWithoutParking"}},
+            r"tool_wait policy 'pin' cannot run on engine 'test_schedule:EngineWithoutParking': it keeps a "
+            r"finished turn's keys and values for the next turn, and the engine does not \(its features: preempt\)",
         ),
         ({"schedule": {"migrate": True}}, r"schedule.migrate.*simulator only"),
     ],

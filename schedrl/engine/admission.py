@@ -7,8 +7,10 @@ and on batched tokens, so a policy cannot overfill the batch.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from schedrl.engine.preemption import Running, swap_victims
 from schedrl.types import Request
 
 
@@ -57,13 +59,31 @@ class FCFS:
 
 
 class Priority:
-    """Highest `Request.priority` first; ties keep arrival order."""
+    """Highest `Request.priority` first; ties keep arrival order. With `preempt`, QLLM's priority
+    preemption: a waiting request of strictly higher priority takes the place of the running request
+    of lowest priority when no place is free."""
+
+    @dataclass(frozen=True)
+    class Args:
+        preempt: bool = False  # suspend a lower-priority running request for a higher-priority waiting one
+
+    def __init__(self, args: Args = Args()) -> None:
+        self.preempt = args.preempt
+
+    @staticmethod
+    def engine_needs(args: Args) -> dict[str, str]:
+        return {"preempt": "suspends lower-priority running requests"} if args.preempt else {}
 
     def select(
         self, waiting: Sequence[Request], *, free_slots: int, token_budget: int, num_running: int
     ) -> list[int]:
         order = sorted(range(len(waiting)), key=lambda i: -waiting[i].priority)
         return take_in_order(order, waiting, free_slots, token_budget)
+
+    def victims(self, running: Sequence[Running], waiting: Sequence[Request], free_slots: int) -> list[str]:
+        if not self.preempt:
+            return []
+        return swap_victims(running, waiting, free_slots, lambda r: -r.priority)
 
 
 class StaticBatch:

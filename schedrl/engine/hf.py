@@ -16,6 +16,11 @@ first; a slot whose continuation has arrived and waits for a running place never
 expires, and goes last); a continuation of an evicted request prefills its whole prompt. Weight
 updates keep parked keys and values, as they keep running ones.
 
+Preemption (`preempt(id)`, or a preemptive admission policy's `victims`): a running request leaves
+the batch with what it generated, frees its slot, and waits at the front of the queue; readmitted,
+it prefills its prompt and prefix again and continues with its own seed and timings, so its output
+is that of an uninterrupted run.
+
 Why not `transformers`' own continuous batching (`generate_batch`,
 `ContinuousBatchingManager`): it runs its loop in a background thread and owns
 its scheduler, and it has no policy-version tag per token, no weight swap with
@@ -28,6 +33,7 @@ tokenizer stay HF's.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import heapq
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -39,6 +45,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from schedrl.engine.admission import FCFS, AdmissionPolicy
 from schedrl.engine.attention import ATTN_NAME, LAYOUT_KWARG, StepLayout
 from schedrl.engine.base import FinishCallback, StepStats, TokenCallback, check_fits, run_to_completion
+from schedrl.engine.preemption import Running
 from schedrl.engine.sampling import sample_tokens
 from schedrl.engine.weight_layout import store_input_major
 from schedrl.types import FinishReason, Request, Sample, Timings
@@ -91,6 +98,7 @@ class _Seq:
     n_cached: int = 0  # tokens of prompt + output whose keys/values are in the slot
     ids: list[int] = field(default_factory=list)  # prompt + output
     expires: float = 0.0  # parked: when its slot is given up
+    admitted: int = 0  # the engine's admission counter when it entered
 
     def pending(self) -> list[int]:
         return self.ids[self.n_cached :]
@@ -179,6 +187,12 @@ class HFEngine:
         self.num_reused = 0  # tokens not recomputed because a continuation took its parked slot back
         self.num_evicted = 0  # parked slots given up because an admission needed them
         self.num_expired = 0  # parked slots given up at the end of their time to live
+        self.num_preempted = 0  # running requests suspended for a waiting one
+        self.num_preempted_tokens = 0  # keys and values a suspension dropped (recomputed at readmission)
+        self.preemptions: list[tuple[int, str]] = []  # (step, request id) of each suspension
+        self.admissions: list[str] = []  # request ids in the order they entered the batch
+        self._admissions = 0
+        self._suspended: dict[str, tuple[int, Timings]] = {}  # preempted id -> its seed and timings
         self.last_step = StepStats()
 
     def _alloc_cache(self, mc) -> None:
@@ -222,7 +236,7 @@ class HFEngine:
         for i, req in enumerate(self._waiting):
             if req.id == request_id:
                 del self._waiting[i]
-                timings = Timings(arrival=self._arrival.pop(request_id))
+                _, timings = self._suspended.pop(request_id, (0, Timings(arrival=self._arrival[request_id])))
                 return self._sample(
                     req,
                     list(req.prefix_ids),
@@ -238,6 +252,37 @@ class HFEngine:
 
     def has_unfinished(self) -> bool:
         return bool(self._waiting or self._running)
+
+    def preempt(self, request_id: str) -> None:
+        """Suspend a running request: it leaves the batch with what it generated and waits at the front
+        of the queue, to resume from that prefix when admitted again."""
+        seq = self._running.pop(request_id, None)
+        if seq is None:
+            raise KeyError(f"request {request_id!r} is not running (only a running request is preempted)")
+        heapq.heappush(self._free_slots, seq.slot)
+        self.num_preempted += 1
+        self.num_preempted_tokens += seq.n_cached
+        self.preemptions.append((self.num_steps, request_id))
+        self._suspended[request_id] = (seq.seed, seq.timings)
+        resumed = dataclasses.replace(
+            seq.request,
+            prefix_ids=tuple(seq.tokens),
+            prefix_logprobs=tuple(seq.logprobs),
+            prefix_versions=tuple(seq.versions),
+            continues=None,
+        )
+        self._waiting.insert(0, resumed)
+
+    def _preempt_for_waiting(self) -> None:
+        victims = getattr(self.admission, "victims", None)
+        if victims is None or not self._waiting or not self._running:
+            return
+        free = min(
+            self.config.max_concurrency - len(self._running), len(self._free_slots) + len(self._parked)
+        )
+        running = [Running(s.request, len(s.tokens), s.admitted) for s in self._running.values()]
+        for rid in victims(running, list(self._waiting), max(free, 0)):
+            self.preempt(rid)
 
     def evict(self, request_id: str) -> bool:
         """Give up a parked request's slot; False if it was not parked (never, or already evicted)."""
@@ -294,6 +339,7 @@ class HFEngine:
             self.num_expired += 1
         if not self._waiting:
             return
+        self._preempt_for_waiting()
         budget = self.config.max_batched_tokens - len(self._running)
         # A continuation whose slot is parked goes first: the slot is already its own.
         taken = set()
@@ -334,7 +380,9 @@ class HFEngine:
             self._waiting = [r for i, r in enumerate(self._waiting) if i not in taken]
 
     def _start(self, req: Request, now: float, held: _Seq | None = None) -> None:
-        timings = Timings(arrival=self._arrival[req.id], admitted=now)
+        seed, timings = self._suspended.pop(
+            req.id, (None, Timings(arrival=self._arrival[req.id], admitted=now))
+        )
         if held is not None:  # the parked slot's keys and values cover the continuation's prompt head
             del self._parked[held.request.id]
             seq = _Seq(req, held.slot, [], [], [], timings, n_cached=held.n_cached)
@@ -345,7 +393,11 @@ class HFEngine:
                 req, slot, list(req.prefix_ids), list(req.prefix_logprobs), list(req.prefix_versions), timings
             )
         seq.ids = list(req.prompt_ids) + seq.tokens
-        seq.seed = req.params.seed if req.params.seed is not None else self._draw_seed()
+        if seed is None:
+            seed = req.params.seed if req.params.seed is not None else self._draw_seed()
+        seq.seed, seq.admitted = seed, self._admissions
+        self._admissions += 1
+        self.admissions.append(req.id)
         self._running[req.id] = seq
 
     def _draw_seed(self) -> int:

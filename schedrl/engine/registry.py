@@ -1,12 +1,14 @@
 """Engine backends (`engine.backend`): which engine generates, each declaring what it can do.
 
     builtin   schedrl's continuous batching over any HF causal LM (`HFEngine`); parks waiting
-              trajectories' keys and values (`engine.park_slots`)
-    vllm      vLLM's V1 engine under schedrl's admission (`VLLMEngine`, the `vllm` extra), with its own
-              settings in `engine.vllm`; its prefix cache keeps a finished turn's blocks, it does not park
+              trajectories' keys and values in cache slots (`engine.park_slots`)
+    vllm      vLLM's V1 engine with schedrl's scheduler inside it (`VLLMEngine`, the `vllm` extra), with
+              its own settings in `engine.vllm`; parks by pinning blocks of its KV cache
 
-A backend is a class with `parks` (whether a tool-wait policy may pin a trajectory's cache there),
+A backend is a class with `features` (what the policies of a schedule may need of it: `FEATURES`),
 `check(settings)` (its `engine.vllm`-style settings, refused with the key's name) and `build(...)`.
+A policy that needs a feature the chosen backend lacks is refused when the config loads
+(`orchestrate.schedule.check_schedule`), naming the policy, the engine and the reason.
 """
 
 from __future__ import annotations
@@ -23,12 +25,18 @@ from schedrl.registry import Registry
 
 ENGINES: Registry[Any] = Registry("engine backend")
 
+FEATURES = {
+    "park": "keeps a finished request's keys and values for its continuation (keep_kv_s, continues)",
+    "park_slots": "parks in cache slots of its own beside the running batch (engine.park_slots)",
+    "preempt": "suspends a running request and resumes it from its prefix (preempt, victims)",
+}
+
 
 @ENGINES.register("builtin")
 class Builtin:
     """schedrl's continuous batching over an HF causal LM"""
 
-    parks = True
+    features = frozenset({"park", "park_slots", "preempt"})
 
     @staticmethod
     def check(settings: Mapping[str, Any]) -> None:
@@ -52,9 +60,9 @@ class Builtin:
 
 @ENGINES.register("vllm")
 class VLLM:
-    """vLLM's V1 engine under schedrl's admission (the vllm extra)"""
+    """vLLM's V1 engine with schedrl's scheduler inside it (the vllm extra)"""
 
-    parks = False
+    features = frozenset({"park", "preempt"})
 
     @staticmethod
     def check(settings: Mapping[str, Any]) -> None:

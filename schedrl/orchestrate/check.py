@@ -34,10 +34,11 @@ def check_run(cfg: RunConfig) -> RunConfig:
         engine.check(e.vllm)
     except ValueError as err:  # the message names the setting, quoted
         raise ConfigError(f"config field {err}") from None
-    if e.park_slots > 0 and not engine.parks:
+    features = frozenset(getattr(engine, "features", ()))
+    if e.park_slots > 0 and "park_slots" not in features:
         raise ConfigError(
-            f"config field 'engine.park_slots': engine backend {e.backend!r} does not park trajectories "
-            "(parks = False); its prefix cache keeps a finished turn's blocks by itself"
+            f"config field 'engine.park_slots': engine backend {e.backend!r} has no parking slots "
+            f"(features: {', '.join(sorted(features)) or 'none'}); it parks in its own KV cache"
         )
     try:
         loss_call(cfg.algo)  # the loss, algo.loss_args against its Args, the loss under the rest of algo
@@ -66,7 +67,7 @@ def check_run(cfg: RunConfig) -> RunConfig:
     run = Run(
         asynchronous=cfg.pipeline.mode == "async",
         multi_turn=t.env != "single_turn",
-        parking_engine=engine.parks,
+        engine_features=features,
         engine=e.backend,
         corrected=cfg.algo.correction != "none",
         group_size=cfg.sampling.group_size,

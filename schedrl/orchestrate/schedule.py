@@ -39,7 +39,8 @@ class Run:
 
     asynchronous: bool = True  # the asynchronous pipeline (a request may outlive its weights)
     multi_turn: bool = False  # episodes with tools or an environment
-    parking_engine: bool = True  # the engine can park a waiting trajectory's keys and values
+    # what the engine can do (`engine.registry.FEATURES`): a policy's `engine_needs` must be among them
+    engine_features: frozenset[str] = frozenset({"park", "park_slots", "preempt"})
     engine: str = "builtin"  # its name, for messages
     corrected: bool = True  # an off-policy correction is configured (algo.correction)
     group_size: int = 8
@@ -67,12 +68,17 @@ def check_schedule(s: Schedule, run: Run = Run(), where: str = "schedule") -> No
                 f"config field '{where}.rollout': rollout mode {s.rollout!r} does not run under {what} "
                 f"({flag} = False)"
             )
-    if run.multi_turn and TOOL_WAITS.get(s.tool_wait).parks and not run.parking_engine:
-        raise ConfigError(
-            f"config field '{where}.tool_wait': tool-wait policy {s.tool_wait!r} parks trajectories "
-            f"(parks = True) and engine {run.engine!r} cannot park; its prefix cache keeps a finished "
-            "turn's blocks by itself: use release or priority"
-        )
+    for field, registry in POLICIES.items():
+        needs = getattr(registry.get(getattr(s, field)), "engine_needs", None)
+        if needs is None:
+            continue
+        for feature, why in needs(registry.check(getattr(s, field), getattr(s, f"{field}_args"))).items():
+            if feature not in run.engine_features:
+                raise ConfigError(
+                    f"config field '{where}.{field}': {field} policy {getattr(s, field)!r} cannot run on "
+                    f"engine {run.engine!r}: it {why}, and the engine does not (its features: "
+                    f"{', '.join(sorted(run.engine_features)) or 'none'})"
+                )
     stale = off_policy(s)  # in one process too: the loop honours k there as well
     if stale and not run.corrected:
         raise ConfigError(

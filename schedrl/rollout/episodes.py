@@ -446,6 +446,7 @@ class EpisodeRunner:
             task_id=ep.request.task_id,
             group_id=ep.request.group_id,
             sample_index=ep.request.sample_index,
+            program=ep.request.id,
             keep_kv_s=keep_s,
             continues=ep.last_turn if ep.kept else None,
         )

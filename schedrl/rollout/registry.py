@@ -1,7 +1,8 @@
 """The rollout scheduler's names: admission policies (`schedule.admission`) and length predictors.
 
     fcfs         first come, first served (the engine's default; no args)
-    priority     highest `Request.priority` first (no args)
+    priority     highest `Request.priority` first (args: preempt, QLLM's priority preemption)
+    las          Autellix's program-level least attained service, preemptive (args: quantum, preempt)
     static       static batches, as `transformers.generate` (no args)
     lpt          longest-predicted-first (args: predictor, predictor_args, max_wait_steps)
     spt          shortest-predicted-first (same args)
@@ -23,6 +24,7 @@ from typing import Any
 import schedrl.rollout.ranker  # noqa: F401  (registers the "ranker" predictor where it is defined)
 from schedrl.engine.admission import FCFS, AdmissionPolicy, Priority, StaticBatch
 from schedrl.registry import Registry
+from schedrl.rollout.attained import LeastAttained
 from schedrl.rollout.learned import Learned
 from schedrl.rollout.memory import PastFutureAdmission
 from schedrl.rollout.ordering import GuardedFCFS, LongestFirst, ShortestFirst
@@ -32,6 +34,7 @@ ADMISSION: Registry[Callable[..., AdmissionPolicy]] = Registry("admission policy
 for _name, _cls in (
     ("fcfs", FCFS),
     ("priority", Priority),
+    ("las", LeastAttained),
     ("static", StaticBatch),
     ("lpt", LongestFirst),
     ("spt", ShortestFirst),

@@ -36,6 +36,11 @@ class Pin:
     lockstep = False
     parks = True
 
+    @staticmethod
+    def engine_needs(args: object) -> dict[str, str]:
+        """What the engine must do for this policy (`engine.registry.FEATURES`), and why."""
+        return {"park": "keeps a finished turn's keys and values for the next turn"}
+
     @dataclass(frozen=True)
     class Args:
         quantile: float = 0.9  # of the observed waits: the predicted wait
