@@ -207,3 +207,122 @@ def test_a_continuation_that_does_not_extend_the_pinned_history_is_refused(build
     run(engine, {0: [Request("t0", tuple(range(3, 40)), greedy(5), keep_kv_s=60.0)]})
     with pytest.raises(ValueError, match="request 't1' continues 't0' but its prompt does not start with"):
         engine.add(Request("t1", (3, 4, 5), greedy(2), continues="t0"))
+
+
+# every registered admission policy but `learned`, which loads a trained policy file (test_admission_learned.py)
+POLICIES = {
+    "fcfs": {},
+    "priority": {"preempt": True},
+    "static": {},
+    "lpt": {"predictor": "sibling"},
+    "spt": {"predictor": "sibling"},
+    "fcfs_guarded": {"predictor": "sibling"},
+    "past_future": {"kv_budget_tokens": 200},
+    "las": {"quantum": 6},
+}
+
+
+def test_every_admission_policy_but_learned_is_in_the_contract():
+    from schedrl.rollout.registry import ADMISSION
+
+    assert sorted(ADMISSION.names()) == sorted([*POLICIES, "learned"])
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_every_policy_decides_the_same_on_both_engines(model, tokenizer, name):
+    """The same arrivals under each policy: the same admission order, preemptions, given-back tokens and
+    outputs on the built-in engine and inside vLLM's scheduler."""
+    pytest.importorskip("vllm")
+    from schedrl.engine.vllm_engine import VLLMEngine
+    from schedrl.rollout.registry import make_admission
+
+    def arrivals():
+        reqs = [
+            Request(
+                f"r{i}",
+                (5, 6, 7 + i % 3) * (1 + i % 4),
+                greedy(n),
+                priority=float(i % 3),
+                group_id=f"g{i % 2}",
+                program=f"p{i % 3}",
+            )
+            for i, n in enumerate([14, 3, 9, 5, 12, 2, 7])
+        ]
+        return {0: reqs[:3], 4: reqs[3:5], 9: reqs[5:]}
+
+    seen = {}
+    for backend in BACKENDS:
+        config = EngineConfig(max_concurrency=2)
+        policy = make_admission(name, **POLICIES[name])
+        engine = (
+            HFEngine(model, tokenizer, config, admission=policy)
+            if backend == "builtin"
+            else VLLMEngine(model, tokenizer, config, policy, vllm_args=VLLM_ARGS)
+        )
+        try:
+            out = run(engine, arrivals())
+            seen[backend] = (engine.admissions, engine.preemptions, engine.num_preempted_tokens, out)
+        finally:
+            if backend == "vllm":
+                engine.close()
+    assert seen["builtin"] == seen["vllm"]
+    if name in ("priority", "las"):
+        assert seen["builtin"][1], "the workload makes a preemptive policy preempt"
+
+
+def test_pinned_episodes_on_vllm_equal_the_builtin_engines_and_reuse_their_history(model, tokenizer):
+    """Multi-turn episodes under the `pin` tool-wait policy: the same trajectories on both engines; each
+    continuation on vLLM finds its history's full blocks, as the built-in engine's its parked slot."""
+    pytest.importorskip("vllm")
+    from test_episodes import OneCall
+
+    from schedrl.engine.vllm_engine import VLLMEngine
+    from schedrl.envs import make_task
+    from schedrl.envs.environment import Observation
+    from schedrl.rollout.episodes import EpisodeRunner
+    from schedrl.rollout.tool_wait import TOOL_WAITS
+
+    class LongPrompt(OneCall):
+        async def reset(self, task, seed: int) -> Observation:  # histories past vLLM's first 32-token blocks
+            return Observation("Use the tool, then answer. " * 3 + task.prompt, "template")
+
+    tasks = make_task("addition").sample("train", 4, seed=0)
+    reqs = [
+        Request(
+            f"e{i}", tuple(tokenizer(t.prompt).input_ids), SamplingParams(40, temperature=0), task_id=t.id
+        )
+        for i, t in enumerate(tasks)
+    ]
+    out, reused = {}, {}
+    for backend in BACKENDS:
+        engine = (
+            HFEngine(model, tokenizer, EngineConfig(max_concurrency=4, park_slots=4))
+            if backend == "builtin"
+            else VLLMEngine(model, tokenizer, EngineConfig(max_concurrency=4), vllm_args=VLLM_ARGS)
+        )
+        pin = TOOL_WAITS.build("pin", {"prior_wait_s": 5.0, "prefill_s_per_token": 1.0})
+        runner = EpisodeRunner(engine, tokenizer, lambda: LongPrompt(), max_turns=3, tool_wait=pin)
+        try:
+            out[backend] = runner.run(reqs, {t.id: t for t in tasks})
+            reused[backend] = engine.num_reused
+            if backend == "vllm":
+                assert engine.scheduler.num_pins_claimed == 4  # every continuation found its history pinned
+        finally:
+            runner.close()
+            if backend == "vllm":
+                engine.close()
+    for a, b in zip(out["builtin"], out["vllm"], strict=True):
+        assert a.token_ids == b.token_ids and a.reward == b.reward
+    # the built-in engine reuses each history but its last token; vLLM whole 32-token blocks of it, and
+    # of the prompt the four episodes share
+    assert reused["builtin"] > 0 and reused["vllm"] > 0
+
+
+def test_an_unsupported_vllm_version_names_the_supported_range():
+    from schedrl.engine.vllm_engine import check_version
+
+    check_version("0.32.0")
+    check_version("0.32.5+cpu")
+    for version in ("0.31.2", "0.33.0", "1.0.0", "dev"):
+        with pytest.raises(RuntimeError, match=rf"vLLM {version} is not supported: .*vllm>=0\.32,<0\.33"):
+            check_version(version)

@@ -135,6 +135,7 @@ class SchedRLScheduler(Scheduler):
         self.steer: Steering | None = None
         self.pins: dict[str, Pin] = {}
         self.last_step = StepStats()
+        self.num_pins_claimed = 0  # continuations that found their pin
         self.num_pins_expired = 0
         self.num_pins_evicted = 0
         # vLLM's own prefix-cache counters (queries, hits), kept whether or not vLLM logs stats
@@ -154,9 +155,9 @@ class SchedRLScheduler(Scheduler):
         self._preempt_for_waiting(steer)
         self._offer(steer)
         self._make_room()
-        before = list(self.waiting)
+        offered = list(self.waiting._offered)  # only an offered request can be admitted, in this order
         out = super().schedule(*args, **kwargs)
-        for r in before:
+        for r in offered:
             if r.status == RequestStatus.RUNNING:  # admitted this step
                 scheduled = out.num_scheduled_tokens.get(r.request_id, 0)
                 steer.admitted(r.request_id, r.num_computed_tokens - scheduled)
@@ -252,6 +253,7 @@ class SchedRLScheduler(Scheduler):
             self.num_pins_expired += 1
             return False
         pin.expires = math.inf
+        self.num_pins_claimed += 1
         return True
 
     def release(self, request_id: str) -> bool:
