@@ -43,7 +43,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from schedrl.engine import EngineConfig, HFEngine, StaticBatch
 from schedrl.envs import make_task
-from schedrl.models import build_char_tokenizer, build_tiny_model, default_device, preset
+from schedrl.models import PRESETS, build_char_tokenizer, build_tiny_model, default_device, preset
 from schedrl.models.loading import move_to
 from schedrl.types import Request, SamplingParams
 
@@ -153,7 +153,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the engine owns one core of two)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--model", choices=("tiny", "small"), default="tiny", help="the built-in model's size")
+    ap.add_argument("--model", choices=tuple(PRESETS), default="tiny", help="the built-in model's size")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="the model's weights")
     ap.add_argument("--device", default="auto", help="auto: CUDA when present, else CPU")
     ap.add_argument("--no-vllm", action="store_true", help="leave vLLM out even where it is installed")
     ap.add_argument("--rl-steps", type=int, default=12, help="RL steps per engine in the step-time part")
@@ -166,6 +167,7 @@ def main() -> None:
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, preset(args.model))
     move_to(model, default_device() if args.device == "auto" else args.device)
+    torch.nn.Module.to(model, getattr(torch, args.dtype))
     work = workload(tokenizer, args.requests, args.seed)
     lengths = sorted(n for _, n in work)
     mean_len = round(statistics.mean(lengths))
@@ -203,6 +205,7 @@ def main() -> None:
     result = {
         "model": args.model,
         "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 2),
+        "dtype": args.dtype,
         "requests": args.requests,
         "batch": args.batch,
         "output_len_median": statistics.median(lengths),

@@ -44,7 +44,8 @@ import torch
 from schedrl.config import SFTConfig
 from schedrl.engine import EngineConfig, HFEngine
 from schedrl.envs import make_task
-from schedrl.models import build_char_tokenizer, build_tiny_model, preset
+from schedrl.models import PRESETS, build_char_tokenizer, build_tiny_model, default_device, preset
+from schedrl.models.loading import move_to
 from schedrl.rollout import (
     DraftStore,
     HistoryPredictor,
@@ -209,10 +210,11 @@ def parse_args():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--model",
-        choices=("tiny", "small"),
+        choices=tuple(PRESETS),
         default="tiny",
-        help="the built-in model's size: tiny (~0.45M parameters) or small (~25M)",
+        help="the built-in model's size: tiny (~0.45M parameters), small (~25M) or 0.5b (GPU)",
     )
+    ap.add_argument("--device", default="auto", help="auto: CUDA when present, else CPU")
     return ap.parse_args()
 
 
@@ -224,6 +226,7 @@ def main() -> None:
     t_start = time.perf_counter()
     tok, source = build_char_tokenizer(), make_task("longtail")
     v0 = build_tiny_model(tok, preset(args.model))
+    move_to(v0, default_device() if args.device == "auto" else args.device)
     sft_warmup(v0, tok, source, SFTConfig(steps=args.sft_steps, batch_size=32, lr=1e-3), args.seed)
     v0.eval()
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0)

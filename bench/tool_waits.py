@@ -21,15 +21,20 @@ Clock. `--clock virtual` (the default) runs the real engine (real tokens, caches
 admission) but charges each engine step by a linear cost model of its work (decode rows, prefill
 tokens, attended keys) fitted by least squares to this machine's engine in a calibration run,
 and an answer arrives when the virtual time passes its latency; the result is deterministic.
-`--clock wall` sleeps the latencies and times the engine for real.
+`--clock wall` sleeps the latencies and times the engine for real, then runs the same policies on
+the virtual clock and checks the fit on the wall-clock runs' own steps: `fit_error` is the fit's
+error on those steps (sum |predicted - measured| / sum measured), and the virtual clock's ratios
+are printed beside the wall clock's, so a verdict that depends on the fit shows as a disagreement.
 
     python bench/tool_waits.py                   # both workloads, virtual clock, ~2 min on 2 cores
-    python bench/tool_waits.py --clock wall      # the same on the wall clock (~3 min)
+    python bench/tool_waits.py --clock wall      # wall clock, then the virtual check (~5 min)
+    python bench/tool_waits.py --model small --clock wall --episodes 64   # the 25M model (~25 min)
 
 Figures: trajectories/s (episodes over the makespan), p50/p99 episode latency (from its reset to
 its end), prefill tokens computed, tokens reused from parked slots, evictions, and the peak of
 keys and values held (tokens, and MB at this model's size). The last line is one JSON object with
-`overlap_vs_lockstep` (release / lockstep) and `best_policy_vs_release` (on the long workload).
+`overlap_vs_lockstep` (release / lockstep), `best_policy_vs_release` (on the long workload), and on
+the wall clock `fit_error` and the virtual clock's own ratios (`virtual`, `virtual_agrees`).
 """
 
 from __future__ import annotations
@@ -48,7 +53,8 @@ import torch
 from schedrl.engine import EngineConfig, HFEngine, Priority, StepStats
 from schedrl.envs.base import Task
 from schedrl.envs.environment import Observation, StepResult
-from schedrl.models import build_char_tokenizer, build_tiny_model, preset
+from schedrl.models import PRESETS, build_char_tokenizer, build_tiny_model, default_device, preset
+from schedrl.models.loading import move_to
 from schedrl.rollout.clock import VirtualClock, WallClock, linear_step_cost
 from schedrl.rollout.episodes import EpisodeRunner
 from schedrl.rollout.tool_wait import ToolWaitPolicy, make_tool_wait
@@ -56,6 +62,7 @@ from schedrl.seeding import derive_seed
 from schedrl.types import Request, SamplingParams
 
 POLICIES = ("lockstep", "release", "pin", "pin+priority", "priority")
+TARGET = 1.3  # best policy / release on the long-history workload
 
 
 class SimulatedTool:
@@ -112,7 +119,22 @@ def episodes(tokenizer, n: int, prompt_tokens: int, budget: int) -> tuple[list[R
     return reqs, tasks
 
 
-def run_policy(model, tokenizer, args, name: str, prompt_tokens: int, clock) -> dict:
+class TimedEngine(HFEngine):
+    """The built-in engine, recording each step's work and its wall-clock seconds."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.timed: list[tuple[StepStats, float]] = []
+
+    def step(self):
+        t = time.perf_counter()
+        out = super().step()
+        self.timed.append((self.last_step, time.perf_counter() - t))
+        return out
+
+
+def run_policy(model, tokenizer, args, name: str, prompt_tokens: int, clock, steps=None) -> dict:
+    """One policy on one workload; `steps` (a list) collects the engine's timed steps."""
     policy = make_policy(name)
     admission = Priority() if policy.orders_returns else None  # FCFS would ignore the priorities
     park = args.park_slots if args.park_slots is not None else 2 * args.slots
@@ -120,7 +142,7 @@ def run_policy(model, tokenizer, args, name: str, prompt_tokens: int, clock) -> 
     config = EngineConfig(
         max_concurrency=args.slots, max_batched_tokens=8192, max_model_len=2048, park_slots=parks
     )
-    engine = HFEngine(
+    engine = TimedEngine(
         model, tokenizer, config, admission=admission, clock=clock if clock.virtual else time.perf_counter
     )
     sigma = math.log(args.p99_s / args.median_s) / 2.326
@@ -158,6 +180,8 @@ def run_policy(model, tokenizer, args, name: str, prompt_tokens: int, clock) -> 
                 stats[k] += runner.last_stats[k]
     finally:
         runner.close()
+        if steps is not None:
+            steps += engine.timed
     makespan = clock.now() - start
     mc = model.config
     kv_bytes_per_token = (
@@ -174,6 +198,25 @@ def run_policy(model, tokenizer, args, name: str, prompt_tokens: int, clock) -> 
         "peak_kv_mb": peak * kv_bytes_per_token / 2**20,
         **stats,
     }
+
+
+def print_table(rows: list[dict], workload: str, prompt: int, args, kind: str) -> None:
+    print(
+        f"\n{workload} history ({prompt}-token prompt), {args.episodes} episodes x {args.turns} turns, "
+        f"{args.slots} slots, {args.model} model, {kind} clock"
+    )
+    print(
+        f"{'policy':<14}{'traj/s':>9}{'vs release':>11}{'p50 s':>8}{'p99 s':>8}{'prefill tok':>12}"
+        f"{'reused tok':>11}{'evicted':>8}{'expired':>8}{'peak KV tok':>12}{'MB':>7}"
+    )
+    rel = next((r for r in rows if r["policy"] == "release"), None)
+    for r in rows:
+        ratio = r["traj_per_s"] / rel["traj_per_s"] if rel else float("nan")
+        print(
+            f"{r['policy']:<14}{r['traj_per_s']:>9.2f}{ratio:>11.2f}{r['p50_s']:>8.2f}{r['p99_s']:>8.2f}"
+            f"{r['prefill_tokens']:>12,.0f}{r['kv_reused_tokens']:>11,.0f}{r['kv_evicted']:>8,.0f}"
+            f"{r['kv_expired']:>8,.0f}{r['peak_kv_tokens']:>12,.0f}{r['peak_kv_mb']:>7.1f}"
+        )
 
 
 def calibrate(model, tokenizer, args) -> tuple[list[float], float]:
@@ -220,7 +263,12 @@ def calibrate(model, tokenizer, args) -> tuple[list[float], float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--clock", choices=("virtual", "wall"), default="virtual")
+    ap.add_argument(
+        "--clock",
+        choices=("virtual", "wall"),
+        default="virtual",
+        help="wall: time for real, then check the virtual clock against it in the same run",
+    )
     ap.add_argument("--episodes", type=int, default=128)
     ap.add_argument("--slots", type=int, default=32)
     ap.add_argument(
@@ -240,10 +288,11 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument(
         "--model",
-        choices=("tiny", "small"),
+        choices=tuple(PRESETS),
         default="tiny",
-        help="the built-in model's size: tiny (~0.45M parameters) or small (~25M)",
+        help="the built-in model's size: tiny (~0.45M parameters), small (~25M) or 0.5b (GPU)",
     )
+    ap.add_argument("--device", default="auto", help="auto: CUDA when present, else CPU")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.threads == 1 and hasattr(os, "sched_setaffinity"):
@@ -251,48 +300,67 @@ def main() -> None:
     tokenizer = build_char_tokenizer()
     tokenizer.model_max_length = 2048
     model = build_tiny_model(tokenizer, replace(preset(args.model), max_position_embeddings=2048))
+    move_to(model, default_device() if args.device == "auto" else args.device)
     coef, r2 = calibrate(model, tokenizer, args)
     print(
         f"step cost fit (R^2 {r2:.3f}): {coef[0] * 1e3:.3f} ms + {coef[1] * 1e6:.1f} us/decode row + "
         f"{coef[2] * 1e6:.2f} us/prefill token + {coef[3] * 1e9:.1f} ns/attended key"
     )
-    results: dict[str, list[dict]] = {}
-    for workload, prompt in (("short", args.short_prompt), ("long", args.long_prompt)):
-        results[workload] = []
-        for name in args.policies:
-            clock = VirtualClock(linear_step_cost(*coef)) if args.clock == "virtual" else WallClock()
-            results[workload].append(run_policy(model, tokenizer, args, name, prompt, clock))
-        print(
-            f"\n{workload} history ({prompt}-token prompt), {args.episodes} episodes x {args.turns} turns, {args.slots} slots, {args.clock} clock"
-        )
-        print(
-            f"{'policy':<14}{'traj/s':>9}{'vs release':>11}{'p50 s':>8}{'p99 s':>8}{'prefill tok':>12}{'reused tok':>11}{'evicted':>8}{'expired':>8}{'peak KV tok':>12}{'MB':>7}"
-        )
-        rel = next((r for r in results[workload] if r["policy"] == "release"), None)
-        for r in results[workload]:
-            ratio = r["traj_per_s"] / rel["traj_per_s"] if rel else float("nan")
-            print(
-                f"{r['policy']:<14}{r['traj_per_s']:>9.2f}{ratio:>11.2f}{r['p50_s']:>8.2f}{r['p99_s']:>8.2f}"
-                f"{r['prefill_tokens']:>12,.0f}{r['kv_reused_tokens']:>11,.0f}{r['kv_evicted']:>8,.0f}{r['kv_expired']:>8,.0f}"
-                f"{r['peak_kv_tokens']:>12,.0f}{r['peak_kv_mb']:>7.1f}"
-            )
+    cost = linear_step_cost(*coef)
+    clocks = ["wall", "virtual"] if args.clock == "wall" else ["virtual"]
+    results: dict[str, dict[str, list[dict]]] = {c: {} for c in clocks}
+    wall_steps: list[tuple[StepStats, float]] = []
+    for kind in clocks:
+        for workload, prompt in (("short", args.short_prompt), ("long", args.long_prompt)):
+            rows = results[kind][workload] = []
+            for name in args.policies:
+                clock = VirtualClock(cost) if kind == "virtual" else WallClock()
+                rows.append(
+                    run_policy(
+                        model, tokenizer, args, name, prompt, clock, wall_steps if kind == "wall" else None
+                    )
+                )
+            print_table(rows, workload, prompt, args, kind)
 
-    def tps(workload: str, name: str) -> float:
-        return next((r["traj_per_s"] for r in results[workload] if r["policy"] == name), float("nan"))
+    def tps(kind: str, workload: str, name: str) -> float:
+        return next((r["traj_per_s"] for r in results[kind][workload] if r["policy"] == name), float("nan"))
 
-    best = max(
-        (p for p in args.policies if p not in ("lockstep", "release")),
-        key=lambda p: tps("long", p),
-        default=None,
-    )
-    summary = {
-        "clock": args.clock,
-        "overlap_vs_lockstep": {w: round(tps(w, "release") / tps(w, "lockstep"), 3) for w in results},
-        "best_policy": best,
-        "best_policy_vs_release": round(tps("long", best) / tps("long", "release"), 3) if best else None,
-        "best_policy_vs_release_short": round(tps("short", best) / tps("short", "release"), 3)
-        if best
-        else None,
+    def verdict(kind: str) -> dict:
+        best = max(
+            (p for p in args.policies if p not in ("lockstep", "release")),
+            key=lambda p: tps(kind, "long", p),
+            default=None,
+        )
+        return {
+            "overlap_vs_lockstep": {
+                w: round(tps(kind, w, "release") / tps(kind, w, "lockstep"), 3) for w in results[kind]
+            },
+            "best_policy": best,
+            "best_policy_vs_release": round(tps(kind, "long", best) / tps(kind, "long", "release"), 3)
+            if best
+            else None,
+            "best_policy_vs_release_short": round(tps(kind, "short", best) / tps(kind, "short", "release"), 3)
+            if best
+            else None,
+        }
+
+    summary = {"clock": args.clock, "model": args.model, **verdict(clocks[0])}
+    if wall_steps:
+        measured = sum(t for _, t in wall_steps)
+        summary["fit_error"] = round(sum(abs(cost(s) - t) for s, t in wall_steps) / measured, 3)
+        summary["fit_bias"] = round(sum(cost(s) for s, _ in wall_steps) / measured - 1, 3)
+        virtual = verdict("virtual")
+        summary["virtual"] = virtual
+        # the verdict: which policy is best on long histories, and whether it meets the 1.3x target
+        summary["virtual_agrees"] = virtual["best_policy"] == summary["best_policy"] and (
+            (virtual["best_policy_vs_release"] or 0) >= TARGET
+        ) == ((summary["best_policy_vs_release"] or 0) >= TARGET)
+        print(
+            f"\nvirtual clock's fit on the wall-clock runs' {len(wall_steps)} steps: error {summary['fit_error']:.1%}, "
+            f"bias {summary['fit_bias']:+.1%}; best vs release: wall {summary['best_policy_vs_release']}, "
+            f"virtual {virtual['best_policy_vs_release']}"
+        )
+    summary |= {
         "step_cost": {
             "base_ms": coef[0] * 1e3,
             "row_us": coef[1] * 1e6,

@@ -172,7 +172,7 @@ def test_a_pinned_turn_keeps_its_keys_and_values_under_pressure(build, backend, 
     two_turns(engine, clock, keep_s, fillers=24, filler_len=60)
     hits = engine.prefix_cache["hits"] - before
     assert hits == (96 if keep_s else 0)  # the three full blocks of the 99 computed tokens
-    assert engine.parked_ids == []  # the continuation took the blocks; the pin is gone
+    assert engine.parked_ids == [] and engine.scheduler.pins == {}  # the continuation took the blocks
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -56,20 +56,23 @@ def test_missing_directory_is_a_clear_error(tmp_path):
         load_tokenizer(tmp_path / "nope")
 
 
-def test_presets_name_the_two_built_in_sizes():
+def test_presets_name_the_built_in_sizes():
     from schedrl.models import PRESETS, build_tiny_model, preset
 
     tok = build_char_tokenizer()
     counts = {}
     for name in PRESETS:
-        model = build_tiny_model(tok, preset(name))
+        with torch.device("meta"):  # shapes only: the 0.5b preset would take 2 GB
+            model = build_tiny_model(tok, preset(name))
         counts[name] = sum(p.numel() for p in model.parameters())
     # tiny: 2 layers of width 128; small: 8 layers of width 512 (4 * 512^2 + 3 * 512 * 1344 per layer)
     assert 0.4e6 < counts["tiny"] < 0.5e6
     per_layer = 4 * 512**2 + 3 * 512 * 1344 + 2 * 512
     assert counts["small"] == 8 * per_layer + len(tok) * 512 + 512
+    per_layer = 4 * 1280**2 + 3 * 1280 * 3456 + 2 * 1280
+    assert counts["0.5b"] == 24 * per_layer + len(tok) * 1280 + 1280
     assert preset("small", seed=3).seed == 3 and preset("small").hidden_size == 512
-    with pytest.raises(ValueError, match="unknown model preset 'huge'; valid: tiny, small"):
+    with pytest.raises(ValueError, match="unknown model preset 'huge'; valid: tiny, small, 0.5b"):
         preset("huge")
 
 

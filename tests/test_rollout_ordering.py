@@ -215,7 +215,7 @@ def test_config_names_the_admission_field_and_valid_choices():
     check({"admission": "lpt", "admission_args": {"predictor": "history"}})
     with pytest.raises(
         ConfigError,
-        match="'schedule.admission': unknown admission policy 'longest'; valid: fcfs, fcfs_guarded, learned, lpt",
+        match="'schedule.admission': unknown admission policy 'longest'; valid: fcfs, fcfs_guarded, las, learned, lpt",
     ):
         check({"admission": "longest"})
     with pytest.raises(ConfigError, match="'schedule.admission'.*unknown length predictor 'oracle'"):

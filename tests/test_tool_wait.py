@@ -103,6 +103,9 @@ def test_pin_keeps_for_the_predicted_wait_quantile_and_releases_when_the_saving_
     fast = Pin(Pin.Args(min_keep_s=0.1))
     fast.observe(Back("e", 1, 4, 10, 0.001))
     assert fast.keep_s(Turn("e", 1, 4, 10)) == 0.1  # never below the floor: the loop's own latency
+    # a long engine step (a burst of prefills on long histories) delays the hand-on: the time to live covers it
+    assert pin.keep_s(Turn("e", 1, 4, 5000, step_s=1.5)) == pytest.approx(1.0 + 1.5)
+    assert pin.keep_s(Turn("e", 1, 4, 2000, step_s=1.5)) == 0.0  # 2.0 s saved < 2.5 s held: release
 
 
 def test_returning_priorities_in_closed_form():
@@ -268,3 +271,22 @@ def test_a_users_policy_builds_by_dotted_path():
         ValueError, match="tool-wait policy 'tests.test_tool_wait:Hold': unknown argument 'ttl'"
     ):
         TOOL_WAITS.check("tests.test_tool_wait:Hold", {"ttl": 1})
+
+
+def test_the_runner_tells_the_policy_its_longest_recent_step(model, tokenizer):
+    """`Turn.step_s` is the longest of the engine's recent steps on the run's clock: with the cost model
+    COST, a step is 10 ms + 0.1 ms a decode row + 1 ms a prefill token."""
+    seen: list[Turn] = []
+
+    class Seeing(Release):
+        def keep_s(self, turn: Turn) -> float:
+            seen.append(turn)
+            return 0.0
+
+    run(model, tokenizer, Seeing(), [[0.5, 0.5]], n=2)
+    assert seen[0].step_s == 0.0  # the first turns start before any step
+    later = [t.step_s for t in seen if t.turn > 0]
+    prompt = len(tokenizer(make_task("addition").sample("train", 2, seed=0)[0].prompt).input_ids)
+    # the first step prefilled both prompts: the longest step any later turn has seen
+    assert max(later) >= 0.01 + 0.001 * prompt
+    assert all(s <= 0.01 + 0.001 * 2 * 64 for s in later)

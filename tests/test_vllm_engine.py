@@ -39,7 +39,8 @@ def test_config_refuses_vllm_settings_it_cannot_honour():
     ):
         resolve_config({"engine": {"backend": "sglang"}})
     with pytest.raises(
-        ConfigError, match="'engine.park_slots': engine backend 'vllm' has no parking slots .*it parks in its own KV cache"
+        ConfigError,
+        match="'engine.park_slots': engine backend 'vllm' has no parking slots .*it parks in its own KV cache",
     ):
         resolve_config({"engine": {"backend": "vllm", "park_slots": 4}})
 

@@ -138,6 +138,7 @@ class _Live:
     running: bool = False
     order: int = 0  # the adapter's admission counter when it (last) entered
     vid: str = ""  # vLLM's own id for it (vLLM suffixes the id it is given)
+    parent: str | None = None  # the vLLM id of the pinned request it continues, once it claimed the pin
 
 
 class VLLMEngine:
@@ -249,19 +250,22 @@ class VLLMEngine:
             raise ValueError(f"request id {request.id!r} is already in the engine")
         check_fits(request, self.max_model_len, self.config.max_batched_tokens)
         salt = f"v{self.version}"
-        pinned = self._pinned.pop(request.continues, None) if request.continues is not None else None
-        if pinned is not None and self.scheduler.claim(pinned[2], self.clock()):
-            held, salt, _ = pinned  # its keys and values, from the weights that computed them
+        pinned = self._pinned.get(request.continues) if request.continues is not None else None
+        parent = None
+        if pinned is not None:
+            held, parent_salt, parent_vid = pinned
             if request.prefix_ids or tuple(request.prompt_ids[: len(held)]) != held:
-                self.scheduler.release(pinned[2])
                 raise ValueError(
                     f"request {request.id!r} continues {request.continues!r} but its prompt does not "
                     f"start with that request's {len(held)} tokens"
                 )
+            self._pinned.pop(str(request.continues))
+            if self.scheduler.claim(parent_vid, self.clock()):
+                parent, salt = parent_vid, parent_salt  # its keys and values, from the weights that made them
         live = _Live(
             request, list(request.prefix_ids), list(request.prefix_logprobs), list(request.prefix_versions)
         )
-        live.timings.arrival, live.salt = self.clock(), salt
+        live.timings.arrival, live.salt, live.parent = self.clock(), salt, parent
         self._live[request.id] = live
         live.vid = self._submit(request, salt)
         self._ids[live.vid] = request.id
@@ -296,6 +300,8 @@ class VLLMEngine:
             raise KeyError(f"request {request_id!r} is neither waiting nor running")
         self.llm.abort_request([request_id])
         self._ids.pop(live.vid, None)
+        if live.parent is not None and not live.running:  # a continuation cut before it took the blocks
+            self.scheduler.release(live.parent)
         if live.running:
             live.timings.finished = self.clock()
         return self._sample(live, "aborted")
@@ -358,6 +364,10 @@ class VLLMEngine:
     def keep_s(self, request_id: str) -> float:
         live = self._live.get(self._ids.get(request_id, ""))
         return live.request.keep_kv_s if live is not None else 0.0
+
+    def pinned_parent(self, request_id: str) -> str | None:
+        live = self._live.get(self._ids.get(request_id, ""))
+        return live.parent if live is not None and not live.running else None
 
     def admitted(self, request_id: str, cached_tokens: int) -> None:
         request_id = self._ids[request_id]

@@ -63,6 +63,10 @@ class Steering(Protocol):
         """Seconds a finished request's blocks stay pinned for its continuation (0: not pinned)."""
         ...
 
+    def pinned_parent(self, request_id: str) -> str | None:
+        """The vLLM id of the pinned request this one continues (it claimed the pin), else None."""
+        ...
+
     def admitted(self, request_id: str, cached_tokens: int) -> None: ...
 
     def preempted(self, request_id: str, tokens: int) -> None: ...
@@ -160,8 +164,8 @@ class SchedRLScheduler(Scheduler):
         for r in offered:
             if r.status == RequestStatus.RUNNING:  # admitted this step
                 scheduled = out.num_scheduled_tokens.get(r.request_id, 0)
+                parent = steer.pinned_parent(r.request_id)
                 steer.admitted(r.request_id, r.num_computed_tokens - scheduled)
-                parent = steer.request(r.request_id).continues
                 if parent is not None:  # it holds the pinned blocks itself now
                     self.release(parent)
         self._account(out)
@@ -185,16 +189,30 @@ class SchedRLScheduler(Scheduler):
         if free <= 0 or not len(self.waiting):
             self.waiting.offer([])
             return
-        views = [steer.request(r.request_id) for r in self.waiting]
-        chosen = steer.admission.select(
-            views,
-            free_slots=free,
-            token_budget=steer.max_batched_tokens - len(self.running),
-            num_running=len(self.running),
-        )
-        if not chosen and not self.running:  # nothing runs: the head goes alone, as in the built-in engine
+        waiting = list(self.waiting)
+        parents = [steer.pinned_parent(r.request_id) for r in waiting]
+        # a continuation whose history is pinned goes first: the blocks are already its own
+        first = [i for i, parent in enumerate(parents) if parent is not None][:free]
+        rest = [i for i in range(len(waiting)) if parents[i] is None or i not in first]
+        chosen: list[int] = []
+        if rest and free > len(first):
+            held = sum(self.pins[p].tokens for p in (parents[i] for i in first) if p in self.pins)
+            budget = (
+                steer.max_batched_tokens
+                - len(self.running)
+                - sum(waiting[i].num_tokens for i in first)
+                + held
+            )
+            picked = steer.admission.select(
+                [steer.request(waiting[i].request_id) for i in rest],
+                free_slots=free - len(first),
+                token_budget=max(budget, 0),
+                num_running=len(self.running),
+            )
+            chosen = [rest[j] for j in picked]
+        if not first and not chosen and not self.running:  # nothing runs: the head goes alone
             chosen = [0]
-        self.waiting.offer(chosen[:free])
+        self.waiting.offer([*first, *chosen][:free])
 
     def _make_room(self) -> None:
         """Give pins up until the free blocks cover the offered prompts and the running rows' next tokens."""

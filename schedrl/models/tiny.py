@@ -36,10 +36,12 @@ class TinyModelConfig:
 
 # Built-in model shapes by name (`model.preset`, the benchmarks' `--model`): `tiny` (about 0.45M
 # parameters, where Python overhead dominates a step) and `small` (about 25M, hidden 512 and 8 layers: a
-# step's cost is mostly matrix products, as at real sizes).
+# step's cost is mostly matrix products, as at real sizes); `0.5b` (about 476M, hidden 1,280 and 24 layers,
+# Qwen2.5-0.5B's scale) is for the GPU checks (`bench/gpu_check.sh`), not for runs on a CPU.
 PRESETS: dict[str, TinyModelConfig] = {
     "tiny": TinyModelConfig(),
     "small": TinyModelConfig(hidden_size=512, num_layers=8, num_heads=8, intermediate_size=1344),
+    "0.5b": TinyModelConfig(hidden_size=1280, num_layers=24, num_heads=20, intermediate_size=3456),
 }
 
 

@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 import traceback
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -128,6 +128,7 @@ class EpisodeRunner:
                 f"which {type(engine).__name__} cannot (it is not a ParkingEngine); use release or priority"
             )
         self.env_errors = 0
+        self._step_s: deque[float] = deque(maxlen=16)  # the latest engine steps' durations (on self.clock)
         self.episodes_ended = 0
         self.discarded = 0  # episodes ended for good without a sample (`discard`)
         if not 0 <= max_error_rate <= 1:
@@ -251,8 +252,10 @@ class EpisodeRunner:
                 self._env_error(p.ep, f"{p.kind}", err)
                 self._end(p.ep, 0.0)
         if self._in_engine:
+            started = self.clock.now()
             finished = self.engine.step()
             self.clock.charge(getattr(self.engine, "last_step", StepStats()))
+            self._step_s.append(self.clock.now() - started)
             self.peak_cached_tokens = max(
                 self.peak_cached_tokens, getattr(self.engine, "num_cached_tokens", 0)
             )
@@ -437,7 +440,10 @@ class EpisodeRunner:
             stop_strings=tuple(dict.fromkeys((*p.stop_strings, *self.stop))),
             seed=derive_seed(p.seed, "turn", ep.ledger.turn),
         )
-        keep_s = self.tool_wait.keep_s(Turn(ep.request.id, ep.ledger.turn, self.max_turns, len(ep.ledger)))
+        step_s = max(self._step_s, default=0.0)
+        keep_s = self.tool_wait.keep_s(
+            Turn(ep.request.id, ep.ledger.turn, self.max_turns, len(ep.ledger), step_s)
+        )
         turn = Request(
             f"{ep.request.id}/turn{ep.ledger.turn}",
             tuple(ep.ledger.token_ids),

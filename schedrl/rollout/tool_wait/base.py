@@ -40,6 +40,9 @@ class Turn:
     turn: int  # 0-based model turn
     max_turns: int
     history_tokens: int  # its prompt: what a re-prefill after the wait would compute again
+    # the longest of the engine's recent steps: how late an answer that is back can be handed on (a step
+    # in progress finishes first), so a time to live that covers the tool covers this too
+    step_s: float = 0.0
 
 
 @dataclass(frozen=True)

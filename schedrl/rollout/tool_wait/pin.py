@@ -4,13 +4,16 @@ While the tool runs, the trajectory's slot stays parked in the engine; when the 
 in time the next turn prefills only the appended tokens (the answer), not the history. Holding a
 slot has a price, since another trajectory could decode in it, so the time to live weighs the two:
 
-    predicted wait  the `quantile` of the last `window` observed waits (`prior_wait_s` before any)
+    predicted wait  the `quantile` of the last `window` observed waits (`prior_wait_s` before any),
+                    plus the longest recent engine step (`Turn.step_s`): an answer that is back is
+                    handed on once the step in progress ends, and on long histories a step (a burst
+                    of prefills) can outlast the tool itself. Once handed on, the continuation holds
+                    its parked keys and values until it is admitted (the engine never expires them
+                    then), so this is all the time to live has to cover.
     re-prefill      history_tokens * `prefill_s_per_token`: what releasing would cost on return
     keep_s          the predicted wait, if the re-prefill it saves is worth at least `min_saving`
                     of the time the slot is held (re-prefill >= min_saving * predicted wait);
-                    otherwise 0 (release). Kept within [`min_keep_s`, `max_keep_s`]: the observed
-                    waits include the episode loop's own latency (an engine step or two), and a time
-                    to live shorter than that would expire every slot before its answer is handed on.
+                    otherwise 0 (release). Kept within [`min_keep_s`, `max_keep_s`].
 
 With `min_saving` > 0 a short history behind a slow tool is released and a long history behind
 a fast tool is pinned; at 0 (the default) every wait but the last turn's is pinned and the
@@ -81,7 +84,7 @@ class Pin:
     def keep_s(self, turn: Turn) -> float:
         if turn.turn + 1 >= turn.max_turns:  # the last turn: nothing comes after it
             return 0.0
-        wait = self.predicted_wait_s()
+        wait = self.predicted_wait_s() + turn.step_s
         saving = turn.history_tokens * self.prefill_s_per_token
         if saving < self.min_saving * wait:
             return 0.0
