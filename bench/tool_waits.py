@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import math
 import os
@@ -320,6 +321,7 @@ def main() -> None:
                         model, tokenizer, args, name, prompt, clock, wall_steps if kind == "wall" else None
                     )
                 )
+                gc.collect()  # an engine's cache is GBs at small: free it before the next one is built
             print_table(rows, workload, prompt, args, kind)
 
     def tps(kind: str, workload: str, name: str) -> float:
@@ -351,10 +353,11 @@ def main() -> None:
         summary["fit_bias"] = round(sum(cost(s) for s, _ in wall_steps) / measured - 1, 3)
         virtual = verdict("virtual")
         summary["virtual"] = virtual
-        # the verdict: which policy is best on long histories, and whether it meets the 1.3x target
-        summary["virtual_agrees"] = virtual["best_policy"] == summary["best_policy"] and (
-            (virtual["best_policy_vs_release"] or 0) >= TARGET
-        ) == ((summary["best_policy_vs_release"] or 0) >= TARGET)
+        # the verdict: whether the best policy meets the target (pin and pin+priority can tie exactly on
+        # the virtual clock, so the best one's name is not part of it)
+        summary["virtual_agrees"] = ((virtual["best_policy_vs_release"] or 0) >= TARGET) == (
+            (summary["best_policy_vs_release"] or 0) >= TARGET
+        )
         print(
             f"\nvirtual clock's fit on the wall-clock runs' {len(wall_steps)} steps: error {summary['fit_error']:.1%}, "
             f"bias {summary['fit_bias']:+.1%}; best vs release: wall {summary['best_policy_vs_release']}, "
