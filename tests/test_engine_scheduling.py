@@ -10,6 +10,8 @@ tokens with an uninterrupted run, so each engine is checked on its own. The vLLM
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from schedrl.engine import EngineConfig, HFEngine, Priority
@@ -209,7 +211,8 @@ def test_a_continuation_that_does_not_extend_the_pinned_history_is_refused(build
         engine.add(Request("t1", (3, 4, 5), greedy(2), continues="t0"))
 
 
-# every registered admission policy but `learned`, which loads a trained policy file (test_admission_learned.py)
+LEARNED = str(Path(__file__).resolve().parents[1] / "bench" / "policies" / "admission_attention.pt")
+# every registered admission policy, `learned` with the policy trained by bench/admission_rl.py
 POLICIES = {
     "fcfs": {},
     "priority": {"preempt": True},
@@ -219,13 +222,14 @@ POLICIES = {
     "fcfs_guarded": {"predictor": "sibling"},
     "past_future": {"kv_budget_tokens": 200},
     "las": {"quantum": 6},
+    "learned": {"checkpoint": LEARNED},
 }
 
 
-def test_every_admission_policy_but_learned_is_in_the_contract():
+def test_every_admission_policy_is_in_the_contract():
     from schedrl.rollout.registry import ADMISSION
 
-    assert sorted(ADMISSION.names()) == sorted([*POLICIES, "learned"])
+    assert sorted(ADMISSION.names()) == sorted(POLICIES)
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
