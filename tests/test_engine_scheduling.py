@@ -330,3 +330,12 @@ def test_an_unsupported_vllm_version_names_the_supported_range():
     for version in ("0.31.2", "0.33.0", "1.0.0", "dev"):
         with pytest.raises(RuntimeError, match=rf"vLLM {version} is not supported: .*vllm>=0\.32,<0\.33"):
             check_version(version)
+
+
+def test_an_engines_event_log_keeps_the_newest_half_past_its_cap():
+    from schedrl.engine.base import LOG_CAP, log_event
+
+    log: list[int] = []
+    for i in range(LOG_CAP + 1):
+        log_event(log, i)
+    assert log == list(range(LOG_CAP // 2, LOG_CAP + 1))  # the oldest half of LOG_CAP + 1 entries dropped

@@ -111,6 +111,17 @@ class ParkingEngine(Engine, Protocol):
     def num_cached_tokens(self) -> int: ...
 
 
+LOG_CAP = 1 << 16  # entries an engine's event log (admissions, preemptions) keeps: the newest
+
+
+def log_event(log: list, item: object) -> None:
+    """Append `item` to an engine's event log, dropping the oldest half past `LOG_CAP` (a long run's engine
+    must not hold every request id it ever saw)."""
+    log.append(item)
+    if len(log) > LOG_CAP:
+        del log[: LOG_CAP // 2]
+
+
 def check_fits(request: Request, max_model_len: int, max_batched_tokens: int) -> None:
     """Refuse a request whose prompt (and resumed prefix) cannot be prefilled, naming the limit it passes."""
     n = request.num_prefill_tokens

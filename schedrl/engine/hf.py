@@ -44,7 +44,14 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from schedrl.engine.admission import FCFS, AdmissionPolicy
 from schedrl.engine.attention import ATTN_NAME, LAYOUT_KWARG, StepLayout
-from schedrl.engine.base import FinishCallback, StepStats, TokenCallback, check_fits, run_to_completion
+from schedrl.engine.base import (
+    FinishCallback,
+    StepStats,
+    TokenCallback,
+    check_fits,
+    log_event,
+    run_to_completion,
+)
 from schedrl.engine.preemption import Running
 from schedrl.engine.sampling import sample_tokens
 from schedrl.engine.weight_layout import store_input_major
@@ -189,8 +196,8 @@ class HFEngine:
         self.num_expired = 0  # parked slots given up at the end of their time to live
         self.num_preempted = 0  # running requests suspended for a waiting one
         self.num_preempted_tokens = 0  # keys and values a suspension dropped (recomputed at readmission)
-        self.preemptions: list[tuple[int, str]] = []  # (step, request id) of each suspension
-        self.admissions: list[str] = []  # request ids in the order they entered the batch
+        self.preemptions: list[tuple[int, str]] = []  # (step, request id) of each suspension (the newest)
+        self.admissions: list[str] = []  # request ids in the order they entered the batch (the newest)
         self._admissions = 0
         self._suspended: dict[str, tuple[int, Timings]] = {}  # preempted id -> its seed and timings
         self.last_step = StepStats()
@@ -262,7 +269,7 @@ class HFEngine:
         heapq.heappush(self._free_slots, seq.slot)
         self.num_preempted += 1
         self.num_preempted_tokens += seq.n_cached
-        self.preemptions.append((self.num_steps, request_id))
+        log_event(self.preemptions, (self.num_steps, request_id))
         self._suspended[request_id] = (seq.seed, seq.timings)
         resumed = dataclasses.replace(
             seq.request,
@@ -397,7 +404,7 @@ class HFEngine:
             seed = req.params.seed if req.params.seed is not None else self._draw_seed()
         seq.seed, seq.admitted = seed, self._admissions
         self._admissions += 1
-        self.admissions.append(req.id)
+        log_event(self.admissions, req.id)
         self._running[req.id] = seq
 
     def _draw_seed(self) -> int:

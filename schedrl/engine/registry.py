@@ -5,8 +5,13 @@
     vllm      vLLM's V1 engine with schedrl's scheduler inside it (`VLLMEngine`, the `vllm` extra), with
               its own settings in `engine.vllm`; parks by pinning blocks of its KV cache
 
-A backend is a class with `features` (what the policies of a schedule may need of it: `FEATURES`),
-`check(settings)` (its `engine.vllm`-style settings, refused with the key's name) and `build(...)`.
+A backend is a class with `features`, what the policies of a schedule may need of it:
+
+    park        keeps a finished request's keys and values for its continuation (keep_kv_s, continues)
+    park_slots  parks in cache slots of its own beside the running batch (engine.park_slots)
+    preempt     suspends a running request and resumes it from its prefix (preempt, victims)
+
+It also has `check(settings)` (its `engine.vllm`-style settings, refused with the key's name) and `build(...)`.
 A policy that needs a feature the chosen backend lacks is refused when the config loads
 (`orchestrate.schedule.check_schedule`), naming the policy, the engine and the reason.
 """
@@ -24,12 +29,6 @@ from schedrl.engine.vllm_engine import VLLMEngine, check_vllm_args
 from schedrl.registry import Registry
 
 ENGINES: Registry[Any] = Registry("engine backend")
-
-FEATURES = {
-    "park": "keeps a finished request's keys and values for its continuation (keep_kv_s, continues)",
-    "park_slots": "parks in cache slots of its own beside the running batch (engine.park_slots)",
-    "preempt": "suspends a running request and resumes it from its prefix (preempt, victims)",
-}
 
 
 @ENGINES.register("builtin")

@@ -52,7 +52,14 @@ from typing import Any
 import torch
 
 from schedrl.engine.admission import FCFS, AdmissionPolicy
-from schedrl.engine.base import FinishCallback, StepStats, TokenCallback, check_fits, run_to_completion
+from schedrl.engine.base import (
+    FinishCallback,
+    StepStats,
+    TokenCallback,
+    check_fits,
+    log_event,
+    run_to_completion,
+)
 from schedrl.engine.hf import EngineConfig
 from schedrl.engine.preemption import Running
 from schedrl.types import FinishReason, Request, Sample, Timings
@@ -312,9 +319,7 @@ class VLLMEngine:
         live = self._live.get(request_id)
         if live is None or not live.running:
             raise KeyError(f"request {request_id!r} is not running (only a running request is preempted)")
-        request = next(r for r in self.scheduler.running if r.request_id == live.vid)
-        self.scheduler.running.remove(request)
-        self.scheduler._preempt_request(request, self.clock())
+        self.scheduler.preempt(next(r for r in self.scheduler.running if r.request_id == live.vid))
 
     def evict(self, request_id: str) -> bool:
         """Give up a pinned request's blocks; False if it was not pinned (never, or already given up)."""
@@ -377,7 +382,7 @@ class VLLMEngine:
         if live.timings.admitted is None:
             live.timings.admitted = self.clock()
         self.num_reused += cached_tokens
-        self.admissions.append(request_id)
+        log_event(self.admissions, request_id)
 
     def preempted(self, request_id: str, tokens: int) -> None:
         request_id = self._ids.get(request_id, request_id)
@@ -386,7 +391,7 @@ class VLLMEngine:
             live.running = False
         self.num_preempted += 1
         self.num_preempted_tokens += tokens
-        self.preemptions.append((self.num_steps, request_id))
+        log_event(self.preemptions, (self.num_steps, request_id))
 
     def has_unfinished(self) -> bool:
         return bool(self._live)

@@ -28,6 +28,7 @@ they were read from, and the adapter refuses others.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -80,6 +81,11 @@ class PlannedQueue(RequestQueue):
         self._all: list[VRequest] = []
         self._offered: list[VRequest] = []
 
+    @property
+    def offered(self) -> list[VRequest]:
+        """The requests offered this step, in order (those not yet taken)."""
+        return list(self._offered)
+
     def offer(self, indices: Iterable[int]) -> None:
         """Offer these requests (indices into the queue's order) this step, in this order."""
         self._offered = [self._all[i] for i in indices]
@@ -122,7 +128,7 @@ class PlannedQueue(RequestQueue):
 
 
 @dataclass
-class Pin:
+class PinnedBlocks:
     """A finished request's blocks, referenced for its continuation."""
 
     blocks: list[Any]  # vLLM KVCacheBlocks (full ones: only those the prefix cache can serve)
@@ -137,7 +143,7 @@ class SchedRLScheduler(Scheduler):
         super().__init__(*args, **kwargs)
         self.waiting = PlannedQueue()
         self.steer: Steering | None = None
-        self.pins: dict[str, Pin] = {}
+        self.pins: dict[str, PinnedBlocks] = {}
         self.last_step = StepStats()
         self.num_pins_claimed = 0  # continuations that found their pin
         self.num_pins_expired = 0
@@ -159,7 +165,7 @@ class SchedRLScheduler(Scheduler):
         self._preempt_for_waiting(steer)
         self._offer(steer)
         self._make_room()
-        offered = list(self.waiting._offered)  # only an offered request can be admitted, in this order
+        offered = self.waiting.offered  # only an offered request can be admitted, in this order
         out = super().schedule(*args, **kwargs)
         for r in offered:
             if r.status == RequestStatus.RUNNING:  # admitted this step
@@ -180,9 +186,12 @@ class SchedRLScheduler(Scheduler):
         free = max(self.max_num_running_reqs - len(self.running), 0)
         by_id = {view.request.id: r for view, r in zip(running, self.running, strict=True)}
         for rid in victims(running, waiting, free):
-            request = by_id[rid]
-            self.running.remove(request)
-            self._preempt_request(request, steer.now())
+            self.preempt(by_id[rid])
+
+    def preempt(self, request: VRequest) -> None:
+        """Take a running request off the batch through vLLM's own preemption (it waits in front)."""
+        self.running.remove(request)
+        self._preempt_request(request, time.monotonic())
 
     def _offer(self, steer: Steering) -> None:
         free = self.max_num_running_reqs - len(self.running)
@@ -191,22 +200,17 @@ class SchedRLScheduler(Scheduler):
             return
         waiting = list(self.waiting)
         parents = [steer.pinned_parent(r.request_id) for r in waiting]
-        # a continuation whose history is pinned goes first: the blocks are already its own
+        # a continuation whose history is pinned goes first: the blocks are already its own, and it
+        # prefills only what they do not hold
         first = [i for i, parent in enumerate(parents) if parent is not None][:free]
-        rest = [i for i in range(len(waiting)) if parents[i] is None or i not in first]
+        new_tokens = sum(waiting[i].num_tokens - self._pinned_tokens(parents[i]) for i in first)
+        rest = [i for i in range(len(waiting)) if i not in set(first)]
         chosen: list[int] = []
         if rest and free > len(first):
-            held = sum(self.pins[p].tokens for p in (parents[i] for i in first) if p in self.pins)
-            budget = (
-                steer.max_batched_tokens
-                - len(self.running)
-                - sum(waiting[i].num_tokens for i in first)
-                + held
-            )
             picked = steer.admission.select(
                 [steer.request(waiting[i].request_id) for i in rest],
                 free_slots=free - len(first),
-                token_budget=max(budget, 0),
+                token_budget=max(steer.max_batched_tokens - len(self.running) - new_tokens, 0),
                 num_running=len(self.running),
             )
             chosen = [rest[j] for j in picked]
@@ -214,13 +218,17 @@ class SchedRLScheduler(Scheduler):
             chosen = [0]
         self.waiting.offer([*first, *chosen][:free])
 
+    def _pinned_tokens(self, parent: str | None) -> int:
+        pin = self.pins.get(parent) if parent is not None else None
+        return pin.tokens if pin is not None else 0
+
     def _make_room(self) -> None:
         """Give pins up until the free blocks cover the offered prompts and the running rows' next tokens."""
         if not self.pins:
             return
         pool = self.kv_cache_manager.block_pool
         need = len(self.running) + sum(
-            math.ceil(r.num_tokens / self.block_size) for r in self.waiting._offered
+            math.ceil(r.num_tokens / self.block_size) for r in self.waiting.offered
         )
         while self.pins and pool.get_num_free_blocks() < need:
             self.release(min(self.pins, key=lambda r: self.pins[r].expires))
@@ -258,7 +266,9 @@ class SchedRLScheduler(Scheduler):
         groups = self.kv_cache_manager.get_blocks(request.request_id).blocks
         blocks = [b for g in groups for b in g if not b.is_null and b.block_hash is not None]
         self.kv_cache_manager.block_pool.touch(blocks)
-        self.pins[request.request_id] = Pin(blocks, expires, len(blocks) * self.block_size // len(groups))
+        self.pins[request.request_id] = PinnedBlocks(
+            blocks, expires, len(blocks) * self.block_size // len(groups)
+        )
 
     def claim(self, request_id: str, now: float) -> bool:
         """The pinned request's continuation has arrived: hold its blocks until it is admitted (False,

@@ -39,7 +39,7 @@ class Run:
 
     asynchronous: bool = True  # the asynchronous pipeline (a request may outlive its weights)
     multi_turn: bool = False  # episodes with tools or an environment
-    # what the engine can do (`engine.registry.FEATURES`): a policy's `engine_needs` must be among them
+    # what the engine can do (`engine.registry`: park, park_slots, preempt): a policy's `engine_needs` must be among them
     engine_features: frozenset[str] = frozenset({"park", "park_slots", "preempt"})
     engine: str = "builtin"  # its name, for messages
     corrected: bool = True  # an off-policy correction is configured (algo.correction)

@@ -41,7 +41,7 @@ class Pin:
 
     @staticmethod
     def engine_needs(args: object) -> dict[str, str]:
-        """What the engine must do for this policy (`engine.registry.FEATURES`), and why."""
+        """What the engine must do for this policy (`engine.registry`: park, park_slots, preempt), and why."""
         return {"park": "keeps a finished turn's keys and values for the next turn"}
 
     @dataclass(frozen=True)
