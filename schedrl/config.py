@@ -163,7 +163,7 @@ class Schedule:
     # each sample to the engine holding the fewest requests, not whole groups (Seer's divided rollout)
     divide_groups: bool = False
     # long-tail migration (JigsawRL): an engine that runs dry takes half the requests of the busiest one
-    # (the simulator only: the engine fleet does not move running requests)
+    # (the asynchronous pipeline with 2+ engines, and the simulator; `schedrl.engine.migration`)
     migrate: bool = False
 
     @property

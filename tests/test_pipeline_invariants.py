@@ -27,6 +27,8 @@ from schedrl.config import config_from_dict
 from schedrl.contracts import LearnerBatch
 from schedrl.data import DataContext, make_scheduler
 from schedrl.distributed.backend import LocalBackend
+from schedrl.engine.migration import migrants
+from schedrl.engine.preemption import Running
 from schedrl.envs import make_task
 from schedrl.envs.scoring import RewardScorer
 from schedrl.orchestrate.build import Components
@@ -121,6 +123,10 @@ class FakeEngine:
         self.running = {rid: run for rid, run in self.running.items() if rid not in ids}
         return cut
 
+    def hand_over(self, n):  # long-tail migration: the engine's own rule picks, abort cuts
+        running = [Running(r, len(t), k) for k, (r, t, _, _) in enumerate(self.running.values())]
+        return self.abort(migrants([r.id for r in self.waiting], running, n))
+
     def abort_all(self):
         cut = [self._sample(r, list(r.prefix_ids), list(r.prefix_versions), "aborted") for r in self.waiting]
         cut += [self._sample(r, t, v, "aborted") for r, t, v, _ in self.running.values()]
@@ -195,18 +201,18 @@ def source():
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 # tail batching on a data scheduler that draws less than a step (it used to wait forever for the rest)
 @example(k=0, partial=False, inflight=False, overprovision=1.0, stale="drop", prompts=1, group=3, max_new=1,
-         chunk=1, cap=1, steps=1, seed=0, data="difficulty_profile", engines=1, multi_turn=False, tail=True)  # fmt: skip
+         chunk=1, cap=1, steps=1, seed=0, data="difficulty_profile", engines=1, multi_turn=False, tail=True, migrate=False)  # fmt: skip
 # tail batching with k=auto over three engines (CI found it stalled at update 3)
 @example(k="auto", partial=False, inflight=False, overprovision=1.0, stale="drop", prompts=3, group=2, max_new=1,
-         chunk=1, cap=2, steps=4, seed=1224, data="uniform", engines=3, multi_turn=False, tail=True)  # fmt: skip
+         chunk=1, cap=2, steps=4, seed=1224, data="uniform", engines=3, multi_turn=False, tail=True, migrate=False)  # fmt: skip
 @example(k="auto", partial=False, inflight=False, overprovision=1.5, stale="drop", prompts=2, group=2, max_new=1,
-         chunk=1, cap=6, steps=5, seed=386, data="uniform", engines=2, multi_turn=False, tail=True)  # fmt: skip
+         chunk=1, cap=6, steps=5, seed=386, data="uniform", engines=2, multi_turn=False, tail=True, migrate=False)  # fmt: skip
 # ... a spent group's spares still running are abandoned, not lost
 @example(k="auto", partial=False, inflight=False, overprovision=1.5, stale="drop", prompts=2, group=2, max_new=3,
-         chunk=1, cap=5, steps=5, seed=2, data="uniform", engines=1, multi_turn=False, tail=True)  # fmt: skip
+         chunk=1, cap=5, steps=5, seed=2, data="uniform", engines=1, multi_turn=False, tail=True, migrate=False)  # fmt: skip
 # ... and a group is spent when fewer than two of the samples it keeps are left, spares aside
 @example(k="auto", partial=False, inflight=False, overprovision=1.5, stale="drop", prompts=1, group=2, max_new=6,
-         chunk=4, cap=1, steps=5, seed=0, data="coba", engines=1, multi_turn=False, tail=True)  # fmt: skip
+         chunk=4, cap=1, steps=5, seed=0, data="coba", engines=1, multi_turn=False, tail=True, migrate=False)  # fmt: skip
 @given(
     k=st.sampled_from([0, 1, 2, "auto"]),
     partial=st.booleans(),
@@ -224,6 +230,7 @@ def source():
     engines=st.integers(1, 3),
     multi_turn=st.booleans(),
     tail=st.booleans(),
+    migrate=st.booleans(),
 )
 def test_staleness_bound_and_sample_ledger(
     tokenizer,
@@ -244,7 +251,9 @@ def test_staleness_bound_and_sample_ledger(
     engines,
     multi_turn,
     tail,
+    migrate,
 ):
+    migrate = migrate and engines > 1 and not multi_turn
     consumption = "tail" if tail else "partial" if partial else "wave"
     cfg = config_from_dict(
         {
@@ -270,6 +279,7 @@ def test_staleness_bound_and_sample_ledger(
                 }.get(consumption, {}),
                 "weight_sync": "inflight" if inflight else "cut_resume" if partial else "drain",
                 "stale": stale,
+                "migrate": migrate,
             },
         }
     )

@@ -143,7 +143,15 @@ def test_a_bad_argument_names_the_policy_the_argument_and_the_value(schedule, me
             r"tool_wait policy 'pin' cannot run on engine 'test_schedule:EngineWithoutParking': it keeps a "
             r"finished turn's keys and values for the next turn, and the engine does not \(its features: preempt\)",
         ),
-        ({"schedule": {"migrate": True}}, r"schedule.migrate.*simulator only"),
+        (
+            {"schedule": {"migrate": True}},
+            r"'schedule.migrate' moves requests between engines: it needs pipeline.mode 'async' and "
+            r"pipeline.num_engines >= 2, got 'sync' with 1 engine",
+        ),
+        (
+            {"schedule": {"migrate": True}, "pipeline": {"mode": "async", "num_engines": 2}, "task": {"name": "calc_tools", "env": "tools"}},
+            r"'schedule.migrate' cannot run with task.env 'tools': an episode's turns",
+        ),
     ],
 )
 def test_conflicting_policies_are_named_with_the_property_that_conflicts(data, message):

@@ -20,6 +20,7 @@ import torch
 
 from schedrl.config import RunConfig
 from schedrl.contracts.workers import LearnerBatch
+from schedrl.engine.migration import migrants
 from schedrl.timeline import Recorder, Span
 from schedrl.training.batch import collate
 from schedrl.training.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
@@ -128,6 +129,14 @@ class EngineWorker(Inspectable):
             return [s for s in map(discard, request_ids) if s is not None]
         held = set(self.engine.waiting_ids + self.engine.running_ids)
         return [self.engine.abort(i) for i in request_ids if i in held]
+
+    def hand_over(self, n: int) -> list[Sample]:
+        """Cut up to `n` requests for another engine (long-tail migration, `engine.migration`); returns
+        their partial samples, to resume from their prefixes there. An engine that does not list its
+        running requests hands over waiting ones only."""
+        running = getattr(self.engine, "running_requests", list)()
+        ids = migrants(self.engine.waiting_ids, running, n)
+        return [self.engine.abort(i) for i in ids]
 
     def abort_all(self) -> list[Sample]:
         """Cut every waiting and running request; returns their partial samples (prefix kept)."""

@@ -287,9 +287,12 @@ class HFEngine:
         free = min(
             self.config.max_concurrency - len(self._running), len(self._free_slots) + len(self._parked)
         )
-        running = [Running(s.request, len(s.tokens), s.admitted) for s in self._running.values()]
-        for rid in victims(running, list(self._waiting), max(free, 0)):
+        for rid in victims(self.running_requests(), list(self._waiting), max(free, 0)):
             self.preempt(rid)
+
+    def running_requests(self) -> list[Running]:
+        """The running batch as a preemption or migration rule sees it."""
+        return [Running(s.request, len(s.tokens), s.admitted) for s in self._running.values()]
 
     def evict(self, request_id: str) -> bool:
         """Give up a parked request's slot; False if it was not parked (never, or already evicted)."""

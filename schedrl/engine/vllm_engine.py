@@ -366,6 +366,10 @@ class VLLMEngine:
         live = self._live[self._ids[request_id]]
         return Running(live.request, len(live.tokens), live.order)
 
+    def running_requests(self) -> list[Running]:
+        """The running batch as a migration rule sees it."""
+        return [Running(v.request, len(v.tokens), v.order) for v in self._live.values() if v.running]
+
     def keep_s(self, request_id: str) -> float:
         live = self._live.get(self._ids.get(request_id, ""))
         return live.request.keep_kv_s if live is not None else 0.0

@@ -72,13 +72,18 @@ class Group:
 
     def to_send(self) -> list[Request]:
         """Requests for every sample that is neither done nor in the engine: fresh, or resumed from a prefix."""
-        out = []
-        for r in self.requests:
-            if r.sample_index in self.done or r.sample_index in self.dropped:
-                continue
-            cut = self.partial.pop(r.sample_index, None)
-            out.append(Request.resume(cut) if cut is not None and cut.token_ids else r)
-        return out
+        return [
+            self.resume(r.sample_index)
+            for r in self.requests
+            if r.sample_index not in self.done and r.sample_index not in self.dropped
+        ]
+
+    def resume(self, index: int) -> Request:
+        """The request of sample `index`: resumed from its cut prefix (taken out of `partial`), if any."""
+        cut = self.partial.pop(index, None)
+        if cut is not None and cut.token_ids:
+            return Request.resume(cut)
+        return next(r for r in self.requests if r.sample_index == index)
 
     def samples(self) -> list[Sample]:
         return [self.done[i] for i in sorted(self.done)]

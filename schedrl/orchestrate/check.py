@@ -73,9 +73,15 @@ def check_run(cfg: RunConfig) -> RunConfig:
         group_size=cfg.sampling.group_size,
     )
     check_schedule(cfg.schedule, run)
-    if cfg.schedule.migrate:
+    if cfg.schedule.migrate and (cfg.pipeline.mode != "async" or cfg.pipeline.num_engines < 2):
         raise ConfigError(
-            "config field 'schedule.migrate' runs in the simulator only: the engine fleet does not move "
-            "running requests between engines"
+            "config field 'schedule.migrate' moves requests between engines: it needs pipeline.mode "
+            f"'async' and pipeline.num_engines >= 2, got {cfg.pipeline.mode!r} with "
+            f"{cfg.pipeline.num_engines} engine(s)"
+        )
+    if cfg.schedule.migrate and run.multi_turn:
+        raise ConfigError(
+            f"config field 'schedule.migrate' cannot run with task.env {t.env!r}: an episode's turns and "
+            "tool state live in its engine worker and are discarded when it is cut, so it cannot move"
         )
     return cfg

@@ -1,7 +1,8 @@
 """The engine workers of the asynchronous pipeline: where each request is, and what reaches them.
 
 The fleet sends each group whole (each request, under `schedule.divide_groups`) to the engine
-holding the fewest requests, keeps two
+holding the fewest requests, moves requests from the busiest engine to one that ran dry (under
+`schedule.migrate`, JigsawRL's long-tail migration: `engine.migration` picks them), keeps two
 `run` calls queued on every busy engine (so an engine starts its next chunk while the
 loop handles the last one's samples), cuts every request (abort, prefix kept), pushes
 weights to every engine, and replaces an engine that died. It decides nothing about
@@ -40,7 +41,8 @@ class EngineFleet:
 
     `on_samples(samples)` receives every finished or cut sample; `on_restart(index, group_ids)`
     is called after engine `index` died and was replaced, with the groups it held, so their
-    requests can be sent again.
+    requests can be sent again; `on_moved(index, samples)` after `on_samples` has had the samples cut
+    for a migration to engine `index`, so that they resume there (`send(..., to=index)`).
     """
 
     def __init__(
@@ -52,13 +54,17 @@ class EngineFleet:
         num_engines: int,
         on_samples: Callable[[list[Sample]], None],
         on_restart: Callable[[int, set[str]], None],
+        on_moved: Callable[[int, list[Sample]], None] | None = None,
     ) -> None:
         self.backend, self.cfg = backend, cfg
-        self.on_samples, self.on_restart = on_samples, on_restart
+        self.on_samples, self.on_restart, self.on_moved = on_samples, on_restart, on_moved
         self.weights, self.version = weights, version  # the weights the engines hold (or will, once pushed)
         self.staged: tuple[Any, int] | None = None  # weights waiting to be pushed (see `stage`)
         self.restarts = 0
         self.divide = bool(cfg.schedule.divide_groups)  # each request on its own: Seer's divided rollout
+        self.migrate = bool(cfg.schedule.migrate) and on_moved is not None
+        self.handing: list[tuple[Any, int, int]] = []  # (hand-over call, from, to engine), at most one
+        self.migrated = 0  # requests moved between engines
         self.in_engine: dict[str, tuple[str, int]] = {}  # request id -> (group id, engine index)
         self.engines = [backend.start_engine(cfg, weights, version, i) for i in range(num_engines)]
         self.futures: list[list] = [[] for _ in self.engines]  # each engine's outstanding `run` calls
@@ -70,14 +76,17 @@ class EngineFleet:
     def busy(self) -> list[int]:
         return sorted({e for _, e in self.in_engine.values()})
 
-    def send(self, requests: Sequence[Request], tasks: Mapping[str, Any] | None = None) -> None:
-        """Hand `requests` to the engines, each group to the engine holding the fewest requests; `tasks`
-        (task id -> Task) go along for engines that run multi-turn episodes."""
+    def send(
+        self, requests: Sequence[Request], tasks: Mapping[str, Any] | None = None, to: int | None = None
+    ) -> None:
+        """Hand `requests` to the engines, each group to the engine holding the fewest requests (all to
+        engine `to`, if given); `tasks` (task id -> Task) go along for engines that run multi-turn
+        episodes."""
         load = Counter(e for _, e in self.in_engine.values())
         per_engine: dict[int, list[Request]] = {}
         units = [[r] for r in requests] if self.divide else [members for _, members in by_group(requests)]
         for members in units:
-            i = min(range(len(self.engines)), key=lambda e: (load[e], e))
+            i = to if to is not None else min(range(len(self.engines)), key=lambda e: (load[e], e))
             load[i] += len(members)
             per_engine.setdefault(i, []).extend(members)
             for r in members:
@@ -121,16 +130,44 @@ class EngineFleet:
         return [f for fs in self.futures for f in fs]
 
     def collect(self, ready: Sequence) -> None:
-        """Hand the samples of every finished `run` call to `on_samples`, in each engine's order."""
+        """Hand the samples of every finished call to `on_samples`, in each engine's order (and those a
+        hand-over cut to `on_moved`)."""
         for i, queue in enumerate(self.futures):
             # An engine runs its calls in order: everything up to its last ready call is done.
             n = max((k + 1 for k, f in enumerate(queue) if any(r is f for r in ready)), default=0)
             done, self.futures[i] = queue[:n], queue[n:]
             for f in done:
+                dst = self._handed(f)
                 out = self._get(i, f)
                 if out is None:  # died and restarted: its queue is gone
                     break
                 self.on_samples(out)
+                moved = [s for s in out if s.finish_reason == "aborted"]
+                if dst is not None and moved and self.on_moved is not None:
+                    self.migrated += len(moved)
+                    self.on_moved(dst, moved)
+
+    def rebalance(self) -> None:
+        """Long-tail migration: an engine holding nothing takes half the requests of the engine holding
+        the most (two or more), one hand-over at a time."""
+        if not self.migrate or self.handing:
+            return
+        load = Counter(e for _, e in self.in_engine.values())
+        dry = [i for i in range(len(self.engines)) if load[i] == 0]
+        src = max(range(len(self.engines)), key=lambda e: (load[e], -e))
+        if not dry or load[src] < 2:
+            return
+        call = remote(self.backend, self.engines[src], EngineWorker.hand_over)(load[src] // 2)
+        self.futures[src].append(call)
+        self.handing.append((call, src, dry[0]))
+
+    def _handed(self, future) -> int | None:
+        """The engine a finished hand-over call's requests go to (None: not a hand-over)."""
+        for k, (f, _, dst) in enumerate(self.handing):
+            if f is future:
+                del self.handing[k]
+                return dst
+        return None
 
     def abort(self, request_ids: Sequence[str]) -> None:
         """Abort these requests where they run; what they held comes back to `on_samples` as aborted (a
@@ -143,6 +180,7 @@ class EngineFleet:
 
     def cut(self) -> None:
         """Abort everything in the engines; the cut samples go to `on_samples` with their prefixes."""
+        self.handing = []  # a hand-over's samples come back cut, to resume with the rest
         while self.in_engine:
             busy = self.busy()
             aborts = {i: remote(self.backend, self.engines[i], EngineWorker.abort_all)() for i in busy}
@@ -175,6 +213,7 @@ class EngineFleet:
             raise RuntimeError(f"engine worker died {self.restarts} times; last error: {err}") from err
         self.backend.kill(self.engines[i])
         self.futures[i] = []
+        self.handing = [h for h in self.handing if h[1] != i]  # a hand-over from it will not answer
         self.flush(skip=i)  # every engine gets the latest weights: the new one starts on them
         self.engines[i] = self.backend.start_engine(self.cfg, self.weights, self.version, i)
         wait_built(self.backend, self.named([i]), self.cfg.pipeline.worker_timeout_s or None)

@@ -61,6 +61,7 @@ class Pipeline:
         self.learner_futures: list = []  # (stats, weights) futures of the updates sent, oldest first
         self.batch_metrics: list[dict[str, float]] = []  # the batch metrics of each update sent, oldest first
         self.last_done_t = time.perf_counter()
+        self.migrated = 0  # requests the fleet had moved between engines at the last update
         state = c.state.get("pipeline")
         if state is not None:
             self.loop.load_state_dict(state)
@@ -73,6 +74,7 @@ class Pipeline:
             self.settings.num_engines,
             self._on_samples,
             self._on_restart,
+            self._on_moved,
         )
         self.fleet.restarts = int(state.get("engine_restarts", 0)) if state is not None else 0
         ckpt = latest_checkpoint(c.run.ckpt_dir)
@@ -149,6 +151,7 @@ class Pipeline:
             self._stuck()
             return None
         self.fleet.collect(ready)
+        self.fleet.rebalance()
         if not (self.learner_futures and any(f is self.learner_futures[0][0] for f in ready)):
             return None
         stats_f, self.weights = self.learner_futures.pop(0)
@@ -166,7 +169,9 @@ class Pipeline:
             **self.components.scorer.take_metrics(),
             **timing_metrics(batch["gen_tokens"], now - self.last_done_t, stats.pop("train_s", 0.0)),
             "engine_restarts": float(self.fleet.restarts),
+            **({"migrated": float(self.fleet.migrated - self.migrated)} if self.fleet.migrate else {}),
         }
+        self.migrated = self.fleet.migrated
         self.last_done_t = now
         self._after_update(version, metrics)
 
@@ -190,6 +195,17 @@ class Pipeline:
                 self.loop.finish(
                     g, s.sample_index, s if s.reward is not None else s.with_reward(next(rewards))
                 )
+
+    def _on_moved(self, index: int, samples: list[Sample]) -> None:
+        """Samples cut for a migration (filed in their groups' `partial`) resume on engine `index`."""
+        groups = self.loop.groups
+        moved = [
+            groups[group_of(s)].resume(s.sample_index)
+            for s in samples
+            if group_of(s) in groups and s.sample_index in groups[group_of(s)].partial
+        ]
+        if moved:
+            self.fleet.send(moved, self._tasks(), to=index)
 
     def _on_restart(self, index: int, group_ids: set[str]) -> None:
         """Engine `index` was replaced: send every request of the groups it held that is not in an engine."""

@@ -103,7 +103,8 @@ def schedule_of(cfg: dict) -> tuple[dict, dict]:
     if k == "auto":
         k = sch.get("staleness_args", {}).get("k_max", 4)
     schedule = {"max_staleness": int(k)}
-    schedule |= {f: sch[f] for f in ("consumption", "consumption_args", "weight_sync", "stale") if f in sch}
+    fields = ("consumption", "consumption_args", "weight_sync", "stale", "divide_groups", "migrate")
+    schedule |= {f: sch[f] for f in fields if f in sch}
     engines = int(p["num_engines"])
     return schedule, {"gpus": engines + 1, "placement": "disaggregated", "rollout_gpus": engines}
 

@@ -292,8 +292,9 @@ class SimEngine:
 
     # ---- what the cluster does to it ---------------------------------------------------------------
     def take(self, n: int) -> list[Job]:
-        """Up to `n` requests for another engine (long-tail migration): the last in line first, then
-        the running ones with the most predicted tokens left, each keeping its tokens; one keeps running."""
+        """Up to `n` requests for another engine (long-tail migration), each keeping its tokens: the last
+        in line first, then the running ones that generated the fewest tokens, the latest admitted among
+        equals; one keeps running (the real fleet's rule, `schedrl.engine.migration`)."""
         out: list[Job] = []
         while self.waiting and len(out) < n:
             out.append(self.waiting.pop())
@@ -301,8 +302,7 @@ class SimEngine:
         if movable > 0:
             moving = sorted(
                 self.running.values(),
-                key=lambda r: r[0].predicted - (r[0].generated + self.steps - r[1]),
-                reverse=True,
+                key=lambda r: (r[0].generated + self.steps - r[1], -r[1]),
             )[:movable]
             for job, c0, _ in moving:
                 del self.running[job.id]
