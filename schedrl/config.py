@@ -193,6 +193,14 @@ class PipelineConfig:
 
 
 @dataclass
+class LearnerConfig:
+    # how the learner holds the model: none (one process), ddp (a full copy on every rank, gradients
+    # all-reduced) or fsdp2 (parameters, gradients and optimizer state sharded over the ranks)
+    parallel: Literal["none", "ddp", "fsdp2"] = "none"
+    ranks: int = 1  # learner processes in one process group (gloo on CPU, NCCL on CUDA)
+
+
+@dataclass
 class LoggingConfig:
     # where metrics are mirrored besides metrics.jsonl (always written): tensorboard, wandb, mlflow
     backends: tuple[str, ...] = ("jsonl", "tensorboard")
@@ -222,6 +230,7 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     schedule: Schedule = field(default_factory=Schedule)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
 
@@ -239,6 +248,7 @@ _POSITIVE = {
     "engine.max_concurrency",
     "engine.max_batched_tokens",
     "optim.lr",
+    "learner.ranks",
     "optim.micro_batch_size",
     "optim.ppo_epochs",
     "optim.minibatches",

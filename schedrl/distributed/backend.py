@@ -125,7 +125,9 @@ class LocalBackend:
         return EngineWorker(cfg, self._resolve(weights), version, name=name)
 
     def start_learner(self, cfg: RunConfig, run_root: str, checkpoint: str | None) -> LearnerWorker:
-        return LearnerWorker(cfg, run_root, checkpoint)
+        from schedrl.distributed.learner_ranks import learner_class
+
+        return learner_class(cfg)(cfg, run_root, checkpoint)
 
     def _resolve(self, x: Any) -> Any:
         if isinstance(x, _Done):
@@ -239,7 +241,10 @@ class ThreadBackend:
         return self.start_worker(name, EngineWorker, cfg, self._resolve(weights), version, cores, 1, name)
 
     def start_learner(self, cfg: RunConfig, run_root: str, checkpoint: str | None) -> _ThreadWorker:
-        return self.start_worker("learner", LearnerWorker, cfg, run_root, checkpoint, self.learner_cores, 1)
+        from schedrl.distributed.learner_ranks import learner_class
+
+        cls = learner_class(cfg)
+        return self.start_worker("learner", cls, cfg, run_root, checkpoint, self.learner_cores, 1)
 
     @staticmethod
     def _resolve(x: Any) -> Any:
@@ -377,7 +382,9 @@ class RayBackend:
         return self._named(name, handle)
 
     def start_learner(self, cfg: RunConfig, run_root: str, checkpoint: str | None):
-        actor = self._actor(LearnerWorker, self.learner_ask)
+        from schedrl.distributed.learner_ranks import learner_class
+
+        actor = self._actor(learner_class(cfg), self.learner_ask)
         handle = actor.remote(cfg, run_root, checkpoint, self.learner_cores, self.learner_cpus)
         return self._named("learner", handle)
 

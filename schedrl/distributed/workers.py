@@ -24,6 +24,7 @@ from schedrl.engine.migration import migrants
 from schedrl.timeline import Recorder, Span
 from schedrl.training.batch import collate
 from schedrl.training.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
+from schedrl.training.parallel import full_state_dict, tied_names
 from schedrl.types import Request, Sample
 
 
@@ -170,12 +171,16 @@ def train_step(learner: Any, pad_id: int, batch: LearnerBatch, step: int) -> dic
 class LearnerWorker(Inspectable):
     """The policy, its optimizer and the loss; trains on scored samples and hands back weights."""
 
-    def __init__(self, cfg: RunConfig, run_root: str, checkpoint: str | None, cores=None, threads=None):
+    def __init__(
+        self, cfg: RunConfig, run_root: str, checkpoint: str | None, cores=None, threads=None, ranks=None
+    ):
+        """`ranks` (`training.parallel.Ranks`): this worker is one rank of a learner process group, which
+        it has joined (`distributed.learner_ranks` starts the ranks)."""
         from schedrl.models import default_device
         from schedrl.orchestrate.build import REF_MODEL_DIR, load_policy, make_learner
 
         pin(cores, threads)
-        self.cfg = cfg
+        self.cfg, self.ranks = cfg, ranks
         self.root = Path(run_root)
         device = default_device()
         path = Path(checkpoint) / "model" if checkpoint else self.cfg.model.path
@@ -183,7 +188,7 @@ class LearnerWorker(Inspectable):
         ref = None
         if self.cfg.algo.kl_coef > 0:
             ref = load_policy(self.cfg, self.root / REF_MODEL_DIR, device)[0].eval().requires_grad_(False)
-        self.learner = make_learner(self.cfg, self.model, ref)
+        self.learner = make_learner(self.cfg, self.model, ref, ranks)
         if checkpoint:
             _, trainer_state, rng = load_checkpoint(Path(checkpoint))
             self.learner.load_state_dict(trainer_state)
@@ -191,6 +196,9 @@ class LearnerWorker(Inspectable):
         self.timeline = Recorder("learner")
 
     def weights(self) -> dict[str, torch.Tensor]:
+        """The policy's weights on the CPU (on a process group: gathered on rank 0, empty elsewhere)."""
+        if self.ranks is not None:
+            return full_state_dict(self.learner.model)
         return cpu_weights(self.model)
 
     def update(self, batch: LearnerBatch, step: int) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
@@ -199,20 +207,37 @@ class LearnerWorker(Inspectable):
         with self.timeline.span("train"):
             stats = train_step(self.learner, self.tokenizer.pad_token_id, batch, step)
         with self.timeline.span("weight-sync"):
-            weights = cpu_weights(self.model)
+            weights = self.weights()
         return {**stats, "train_s": time.perf_counter() - start}, weights
 
     def save_checkpoint(self, step: int, state: dict) -> str:
-        path = save_checkpoint(
-            self.root / "checkpoints",
-            step,
-            self.model,
-            self.tokenizer,
-            self.learner.state_dict(),
-            state,
-            keep_last=self.cfg.keep_last,
-        )
+        """Write checkpoint `step`. On a process group every rank gathers its shards (collectives) and
+        rank 0 writes the checkpoint as one process would, so any layout resumes it."""
+        weights = None
+        if (
+            self.ranks is not None
+        ):  # a tied weight gathers as a copy of its own: saved once, as on one process
+            tied = tied_names(self.model)
+            weights = {k: v for k, v in self.weights().items() if k not in tied}
+        trainer_state = self.learner.state_dict()
+        path = self.root / "checkpoints" / f"step_{step:06d}"
+        if self.ranks is None or self.ranks.rank == 0:
+            path = save_checkpoint(
+                self.root / "checkpoints",
+                step,
+                self.model,
+                self.tokenizer,
+                trainer_state,
+                state,
+                keep_last=self.cfg.keep_last,
+                weights=weights,
+            )
+        if self.ranks is not None:
+            torch.distributed.barrier()  # no rank goes on before the checkpoint is complete
         return str(path)
 
     def spans(self) -> list[Span]:
         return self.timeline.drain()
+
+    def close(self) -> None:
+        """Nothing to release (a `LearnerRanks` stops its rank processes here)."""

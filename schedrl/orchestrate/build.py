@@ -32,6 +32,7 @@ from schedrl.rollout.step import StepRollout
 from schedrl.rollout.tool_wait import TOOL_WAITS, ToolWaitPolicy
 from schedrl.training.checkpoint import latest_checkpoint, load_checkpoint, set_rng_state
 from schedrl.training.learner import Learner
+from schedrl.training.parallel import Ranks
 from schedrl.training.run_dir import MetricsLogger, RunDir
 from schedrl.types import SamplingParams
 
@@ -111,8 +112,14 @@ def load_policy(cfg: RunConfig, path: str | Path | None, device: torch.device) -
     return model, tokenizer
 
 
-def make_learner(cfg: RunConfig, model: PreTrainedModel, ref_model: PreTrainedModel | None = None) -> Learner:
-    """The learner of a run, for both loops: the synchronous one and the asynchronous pipeline's worker."""
+def make_learner(
+    cfg: RunConfig,
+    model: PreTrainedModel,
+    ref_model: PreTrainedModel | None = None,
+    ranks: Ranks | None = None,
+) -> Learner:
+    """The learner of a run, for both loops: the synchronous one and the asynchronous pipeline's worker
+    (one of `ranks`, on a learner process group)."""
     return Learner(
         model,
         cfg.optim,
@@ -122,6 +129,7 @@ def make_learner(cfg: RunConfig, model: PreTrainedModel, ref_model: PreTrainedMo
         ref_model,
         cfg.seed,
         max_new_tokens=cfg.sampling.max_new_tokens,
+        ranks=ranks,
     )
 
 

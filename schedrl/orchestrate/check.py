@@ -7,6 +7,10 @@ directory exists. It loads nothing: no model, tokenizer, checkpoint or task data
 
 from __future__ import annotations
 
+import os
+
+import torch
+
 from schedrl.algos.loss_call import loss_call
 from schedrl.algos.registry import ADVANTAGES
 from schedrl.algos.turn_credit import TURN_CREDITS
@@ -79,9 +83,39 @@ def check_run(cfg: RunConfig) -> RunConfig:
             f"'async' and pipeline.num_engines >= 2, got {cfg.pipeline.mode!r} with "
             f"{cfg.pipeline.num_engines} engine(s)"
         )
+    check_learner(cfg)
     if cfg.schedule.migrate and run.multi_turn:
         raise ConfigError(
             f"config field 'schedule.migrate' cannot run with task.env {t.env!r}: an episode's turns and "
             "tool state live in its engine worker and are discarded when it is cut, so it cannot move"
         )
     return cfg
+
+
+def check_learner(cfg: RunConfig) -> None:
+    """`learner.parallel` and `learner.ranks` against the loop and the machine."""
+    lr = cfg.learner
+    if lr.ranks > 1 and lr.parallel == "none":
+        raise ConfigError(
+            f"config field 'learner.ranks' is {lr.ranks} with learner.parallel 'none': pick 'ddp' or 'fsdp2' "
+            "to train on several ranks"
+        )
+    if lr.parallel != "none" and cfg.pipeline.mode != "async":
+        raise ConfigError(
+            f"config field 'learner.parallel' {lr.parallel!r} runs the learner as worker processes, which "
+            "the asynchronous pipeline starts: set pipeline.mode 'async' (with schedule.max_staleness 0, the "
+            "default, it trains exactly as the synchronous loop)"
+        )
+    available = available_ranks()
+    if lr.ranks > available:
+        raise ConfigError(
+            f"config field 'learner.ranks' is {lr.ranks}, more than the {available} "
+            f"{'GPUs' if torch.cuda.is_available() else 'CPU cores'} this machine gives the run"
+        )
+
+
+def available_ranks() -> int:
+    """Learner ranks this machine can hold: its GPUs, else the cores this process may use."""
+    if torch.cuda.is_available():
+        return torch.cuda.device_count()
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -284,5 +284,9 @@ def run_pipeline(c: Components, on_step: StepCallback | None = None) -> None:
                         pipe.backend.get(remote(pipe.backend, engine, EngineWorker.close)())
                     except Exception as err:
                         log.warning("could not close an engine: %s", err)
+                try:  # a learner on several ranks stops their processes
+                    pipe.backend.get(remote(pipe.backend, pipe.learner, LearnerWorker.close)())
+                except Exception as err:
+                    log.warning("could not close the learner: %s", err)
     finally:
         backend.shutdown(wait=not stuck)

@@ -65,8 +65,10 @@ def _fsync_tree(root: Path) -> None:
         _fsync_dir(Path(dirpath))
 
 
-def _write(tmp: Path, model, tokenizer, trainer_state: dict, state: dict) -> None:
-    model.save_pretrained(tmp / "model")
+def _write(
+    tmp: Path, model, tokenizer, trainer_state: dict, state: dict, weights: dict | None = None
+) -> None:
+    model.save_pretrained(tmp / "model", state_dict=weights)
     tokenizer.save_pretrained(tmp / "model")
     torch.save(trainer_state, tmp / "trainer.pt")
     torch.save(rng_state(), tmp / "rng.pt")
@@ -82,12 +84,14 @@ def save_checkpoint(
     state: dict,
     keep_last: int | None = 3,
     at: Callable[[str], None] | None = None,
+    weights: dict | None = None,
 ) -> Path:
     """Write checkpoint `step` by the protocol above; keep the newest `keep_last`. `at(point)` is called
-    after each step of the protocol (`POINTS`), for tests that stop it there."""
+    after each step of the protocol (`POINTS`), for tests that stop it there. `weights`: the model's
+    full state dict, where `model` holds only a shard of it (a learner rank)."""
 
     def write(tmp: Path) -> None:
-        _write(tmp, model, tokenizer, trainer_state, {"step": step, **state})
+        _write(tmp, model, tokenizer, trainer_state, {"step": step, **state}, weights)
 
     return write_checkpoint(ckpt_dir, step, write, keep_last, at)
 

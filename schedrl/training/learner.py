@@ -23,6 +23,17 @@ from schedrl.config import AlgoConfig, OptimConfig
 from schedrl.training.batch import TokenBatch, prompt_groups, prompt_lengths
 from schedrl.training.optimizer import adamw
 from schedrl.training.packing import Packing, pack_fewest
+from schedrl.training.parallel import (
+    Ranks,
+    all_sum,
+    all_sum_,
+    all_true,
+    full_optimizer_state,
+    local_norm,
+    no_sync,
+    sharded_optimizer_state,
+    wrap,
+)
 from schedrl.training.schedules import make_schedule
 from schedrl.training.value_head import ValueHead
 
@@ -78,9 +89,13 @@ class Learner:
         ref_model: PreTrainedModel | None = None,
         seed: int = 0,
         max_new_tokens: int | None = None,
+        ranks: Ranks | None = None,
     ) -> None:
-        """`max_new_tokens`: the generation budget, Dr. GRPO's per-row constant (None: the step's longest)."""
+        """`max_new_tokens`: the generation budget, Dr. GRPO's per-row constant (None: the step's longest).
+        `ranks`: this process's place in a learner process group (`training.parallel`); the model is
+        wrapped or sharded here, and every update trains on this rank's share of the batch."""
         self.model, self.ref_model = model.train(), ref_model
+        self.module, self.ranks = model, ranks  # the model unwrapped
         self.cfg, self.algo = optim, algo
         self.temperature = temperature if temperature > 0 else 1.0
         self.seed = seed
@@ -93,12 +108,22 @@ class Learner:
             raise ValueError(f"algo.kl_coef={algo.kl_coef} needs a reference model (ref_model)")
         self.loss_fn, self.spec = self.call.fn, self.call.spec
         self.value_head = None
-        params = model.parameters()
         if "values" in self.spec.inputs:
             self.value_head = ValueHead(model.config.hidden_size).to(self.device)
-            params = [*model.parameters(), *self.value_head.parameters()]
         if optim.gradient_checkpointing:
             enable_gradient_checkpointing(model)
+        if ranks is not None:
+            self.model = wrap(model, ranks, self.device)
+            if self.value_head is not None:  # replicated: every rank starts from rank 0's
+                for p in self.value_head.parameters():
+                    torch.distributed.broadcast(p.data, 0)
+        params: list = [*self.model.parameters(), *(self.value_head.parameters() if self.value_head else ())]
+        if ranks is not None and ranks.kind == "fsdp2" and self.value_head is not None:
+            # sharded and replicated parameters in groups of their own: one fused step takes one kind
+            params = [
+                {"params": list(self.model.parameters())},
+                {"params": list(self.value_head.parameters())},
+            ]
         self.optimizer = adamw(params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay)
         schedule = make_schedule(optim.schedule, optim.lr, optim.warmup_steps, total_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: schedule(s) / optim.lr)
@@ -120,7 +145,7 @@ class Learner:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """As `_forward`, plus V(s_t) (B, L-1) from the value head at each target's context when asked."""
         packing = self._packing(batch)
-        if packing is not None and not self._packing_checked:
+        if packing is not None and not self._packing_checked and self.ranks is None:
             self._packing_checked = True
             packing = self._check_packing(model, batch, packing)
         with self._autocast():
@@ -154,6 +179,16 @@ class Learner:
         prefix_lens = prompt_lengths(batch).cpu() if self.forward_prompt_once else None
         packing = pack_fewest(batch.input_ids.cpu(), batch.attention_mask.cpu(), prefix_lens)
         return packing.to(self.device) if packing.saves_tokens else None
+
+    def _check_packing_on(self, batch: TokenBatch) -> None:
+        """On a process group, before an update: the packing check on the batch's first rows, the same on
+        every rank, so that every rank decides alike and runs the same forwards (a later batch is
+        checked if these rows do not pack)."""
+        probe = batch.select(torch.arange(min(len(batch), 8))).to(self.device)
+        packing = self._packing(probe)
+        if packing is not None:
+            self._packing_checked = True
+            self._check_packing(self.model, probe, packing)
 
     @torch.no_grad()
     def _check_packing(self, model: torch.nn.Module, batch: TokenBatch, packing: Packing) -> Packing | None:
@@ -199,28 +234,42 @@ class Learner:
         )
         return None
 
+    def _passes(self, batch: TokenBatch) -> list[tuple[torch.Tensor, bool]]:
+        """The micro-batches of a forward over every row without gradients, as (rows, real): all of
+        them, or this rank's share (and dummies) on a process group."""
+        rows = torch.arange(len(batch))
+        if self.ranks is None:
+            return [(c, True) for c in self._chunks(rows, batch)]
+        return self.ranks.plan(rows, lambda r: self._chunks(r, batch))
+
+    def _gathered(self, out: torch.Tensor) -> torch.Tensor:
+        """`out` with every rank's rows (each rank computed its own; the rest are zeros there)."""
+        return all_sum_(out) if self.ranks is not None else out
+
     @torch.no_grad()
     def vocab_stats(self, batch: TokenBatch) -> torch.Tensor:
         """The loss's vocabulary statistic (B, L-1) (e.g. the mean of log pi(v | s_t) over the vocabulary)
         under the current policy, without gradients."""
         out = torch.zeros_like(batch.mask)
-        for idx in self._chunks(torch.arange(len(batch)), batch):
+        for idx, real in self._passes(batch):
             mb = batch.select(idx).to(self.device)
             stat = self._vocab_stat(self._forward(self.model, mb)[1])
-            out[idx, : mb.targets.shape[1]] = stat.cpu()
-        return out
+            if real:
+                out[idx, : mb.targets.shape[1]] = stat.cpu()
+        return self._gathered(out)
 
     @torch.no_grad()
     def values(self, batch: TokenBatch) -> torch.Tensor:
         """V(s_t) (B, L-1) for every target of `batch` under the current value head, without gradients."""
         out = torch.zeros_like(batch.mask)
-        for idx in self._chunks(torch.arange(len(batch)), batch):
+        for idx, real in self._passes(batch):
             mb = batch.select(idx).to(self.device)
             values = self._forward_values(self.model, mb, True)[2]
             if values is None:
                 raise ValueError("values were asked of a learner whose loss has no value head")
-            out[idx, : mb.targets.shape[1]] = values.float().cpu()
-        return out
+            if real:
+                out[idx, : mb.targets.shape[1]] = values.float().cpu()
+        return self._gathered(out)
 
     def _vocab_stat(self, logits: torch.Tensor) -> torch.Tensor:
         """The loss's vocabulary statistic of `logits` (B, T, V) -> (B, T)."""
@@ -232,10 +281,12 @@ class Learner:
     def logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
         """Log-probs of every target under `model`, in micro-batches, without gradients."""
         out = torch.zeros_like(batch.mask)
-        for idx in self._chunks(torch.arange(len(batch)), batch):
+        for idx, real in self._passes(batch):
             mb = batch.select(idx).to(self.device)
-            out[idx, : mb.targets.shape[1]] = self._forward(model, mb)[0].cpu()
-        return out
+            logp = self._forward(model, mb)[0]
+            if real:
+                out[idx, : mb.targets.shape[1]] = logp.cpu()
+        return self._gathered(out)
 
     def update(
         self, batch: TokenBatch, advantages: torch.Tensor, step: int, version: int | None = None
@@ -248,6 +299,8 @@ class Learner:
         cross-stage correction reads it, against `batch.versions`.
         """
         n = len(batch)
+        if self.ranks is not None and not self._packing_checked:
+            self._check_packing_on(batch)
         several_updates = self.cfg.ppo_epochs * self.cfg.minibatches > 1
         corrected = self.algo.correction != "none"
         # pi_old (pi_prox under a correction): the policy before this step's first update. Recomputed only
@@ -294,7 +347,7 @@ class Learner:
         self.scheduler.step()
         out = {k: v / updates for k, v in sums.items()}
         if corrected:  # pi_prox against pi_behav on the whole batch, before any update
-            prox = old_logp if old_logp is not None else ctx["prox"]
+            prox = old_logp if old_logp is not None else self._gathered(ctx["prox"])
             out |= offpolicy_stats(prox, batch.behaviour_logp, batch.mask, self.algo.is_cap)
         out["lr"] = float(self.scheduler.get_last_lr()[0])
         out["skipped_steps"] = float(self.skipped_steps)
@@ -413,42 +466,21 @@ class Learner:
         mb_tokens = float(batch.mask[mb_inds].sum().clamp(min=1))
         sums: dict[str, float] = defaultdict(float)
         finite = True
-        summed = self.spec.norm == "constant"  # the loss divides by a constant: micro-batch losses add up
-        per_row = self.spec.norm == "sequence"  # a mean over sequences
-        for idx in self._micro_batches(mb_inds, ctx["groups"], batch):
-            mb = batch.select(idx).to(self.device)
-            logp, logits, values = self._forward_values(self.model, mb, self.value_head is not None)
-            width = logp.shape[1]
-            old = old_logp[idx, :width].to(self.device) if old_logp is not None else logp.detach()
-            if ctx["prox"] is not None:
-                ctx["prox"][idx, :width] = old.cpu()
-            adv = advantages[idx] if advantages.dim() == 1 else advantages[idx, :width]
-            kw = self._loss_kwargs(mb, idx, width, mb_inds, ref_logp, extra, ctx, values, logits)
-            loss, stats = self.loss_fn(logp, old, adv.to(self.device), mb.mask, **kw)
-            bonus_logits = (
-                logits if self.algo.entropy_coef else logits.detach()
-            )  # grad only when it is a bonus
-            entropy = masked_mean(entropy_from_logits(bonus_logits), mb.mask, self.algo.loss_agg)
-            # Each micro-batch's mean is weighted by its share of the minibatch.
-            share = (
-                float(mb.mask.sum()) / mb_tokens
-                if self.algo.loss_agg == "token_mean"
-                else len(idx) / len(mb_inds)
-            )
-            if self.algo.entropy_coef:
-                loss = loss - self.algo.entropy_coef * (entropy * share if summed else entropy)
-            loss_share = 1.0 if summed else len(idx) / len(mb_inds) if per_row else share
-            if not torch.isfinite(loss):
-                finite = False
+        groups = ctx["groups"]
+        if self.ranks is None:
+            plan = [(c, True) for c in self._micro_batches(mb_inds, groups, batch)]
+        else:
+            plan = self.ranks.plan(mb_inds, lambda r: self._micro_batches(r, groups, batch), groups)
+        world = self.ranks.world if self.ranks is not None else 1  # DDP and FSDP2 average gradients
+        for k, (idx, real) in enumerate(plan):
+            with no_sync(self.model, last=k == len(plan) - 1):
+                finite &= self._micro_batch(batch, advantages, mb_inds, idx, real, world, old_logp, ref_logp, extra, ctx, mb_tokens, sums)  # fmt: skip
+            if not finite and self.ranks is None:
                 break
-            (loss * loss_share).backward()
-            sums["loss"] += loss.item() * loss_share
-            sums["entropy"] += entropy.item() * share
-            sums["behaviour_vs_learner_abs_logp"] += float(
-                ((mb.behaviour_logp - logp.detach()).abs() * mb.mask).sum() / mb_tokens
-            )
-            for k, v in stats.items():
-                sums[k] += v * share
+        if self.ranks is not None:
+            self._sum_head_grads()
+            finite = all_true(finite)
+            sums = defaultdict(float, all_sum(sums, sorted(sums)))
         grad_norm = self._clip() if finite else math.nan
         if not (finite and math.isfinite(grad_norm)):
             return self._skip(sums)
@@ -457,11 +489,86 @@ class Learner:
         sums["grad_norm"] = grad_norm
         return dict(sums)
 
+    def _micro_batch(
+        self,
+        batch: TokenBatch,
+        advantages: torch.Tensor,
+        mb_inds: torch.Tensor,
+        idx: torch.Tensor,
+        real: bool,
+        world: int,
+        old_logp: torch.Tensor | None,
+        ref_logp: torch.Tensor | None,
+        extra: dict[str, torch.Tensor],
+        ctx: dict[str, Any],
+        mb_tokens: float,
+        sums: dict[str, float],
+    ) -> bool:
+        """Forward and backward of the rows `idx` of a minibatch, their loss weighted by their share of it
+        (a dummy micro-batch, `real` False, counts zero); adds its statistics to `sums`. False if its
+        loss was not finite (then on one process nothing was backpropagated)."""
+        summed = self.spec.norm == "constant"  # the loss divides by a constant: micro-batch losses add up
+        per_row = self.spec.norm == "sequence"  # a mean over sequences
+        weight = 1.0 if real else 0.0
+        mb = batch.select(idx).to(self.device)
+        logp, logits, values = self._forward_values(self.model, mb, self.value_head is not None)
+        width = logp.shape[1]
+        old = old_logp[idx, :width].to(self.device) if old_logp is not None else logp.detach()
+        if ctx["prox"] is not None and real:
+            ctx["prox"][idx, :width] = old.cpu()
+        adv = advantages[idx] if advantages.dim() == 1 else advantages[idx, :width]
+        kw = self._loss_kwargs(mb, idx, width, mb_inds, ref_logp, extra, ctx, values, logits)
+        loss, stats = self.loss_fn(logp, old, adv.to(self.device), mb.mask, **kw)
+        bonus_logits = logits if self.algo.entropy_coef else logits.detach()  # grad only when it is a bonus
+        entropy = masked_mean(entropy_from_logits(bonus_logits), mb.mask, self.algo.loss_agg)
+        # Each micro-batch's mean is weighted by its share of the minibatch.
+        share = (
+            float(mb.mask.sum()) / mb_tokens
+            if self.algo.loss_agg == "token_mean"
+            else len(idx) / len(mb_inds)
+        )
+        if self.algo.entropy_coef:
+            loss = loss - self.algo.entropy_coef * (entropy * share if summed else entropy)
+        loss_share = (1.0 if summed else len(idx) / len(mb_inds) if per_row else share) * weight
+        share *= weight
+        finite = bool(torch.isfinite(loss))
+        if not finite and self.ranks is None:
+            return False
+        # on a process group every rank backpropagates, so that the gradient collectives pair up
+        (loss * loss_share * world).backward()
+        sums["loss"] += loss.item() * loss_share
+        sums["entropy"] += entropy.item() * share
+        sums["behaviour_vs_learner_abs_logp"] += weight * float(
+            ((mb.behaviour_logp - logp.detach()).abs() * mb.mask).sum() / mb_tokens
+        )
+        for k, v in stats.items():
+            sums[k] += v * share
+        return finite
+
+    def _sum_head_grads(self) -> None:
+        """The value head is replicated, not wrapped: its gradients are averaged over the ranks here."""
+        if self.value_head is None or self.ranks is None:
+            return
+        for p in self.value_head.parameters():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            all_sum_(p.grad).div_(self.ranks.world)
+
     def _clip(self) -> float:
-        heads = self.value_head.parameters() if self.value_head is not None else ()
+        heads = list(self.value_head.parameters()) if self.value_head is not None else []
         params = [p for p in (*self.model.parameters(), *heads) if p.grad is not None]
         max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else math.inf
-        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        if self.ranks is None:
+            return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        # sharded gradients' norm is gathered from every rank; the head's is the same on all of them
+        policy = [p.grad for p in self.model.parameters() if p.grad is not None]
+        head = [p.grad for p in heads if p.grad is not None]
+        total = float(torch.linalg.vector_norm(torch.stack([local_norm(policy), local_norm(head)]).float()))
+        coef = min(1.0, max_norm / (total + 1e-6))
+        if coef < 1.0:
+            for g in (*policy, *head):
+                g.mul_(coef)
+        return total
 
     def _skip(self, sums: dict[str, float]) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
@@ -476,10 +583,14 @@ class Learner:
         return {k: v for k, v in sums.items() if math.isfinite(v)}
 
     def state_dict(self) -> dict:
-        """What a resume needs besides the policy weights (saved as the HF model), value head included."""
+        """What a resume needs besides the policy weights (saved as the HF model), value head included.
+        On a process group the optimizer's state is gathered whole (a collective), in one process's
+        layout, so that any layout resumes it."""
         return {
             "value_head": self.value_head.state_dict() if self.value_head is not None else None,
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": self.optimizer.state_dict()
+            if self.ranks is None
+            else full_optimizer_state(self.optimizer),
             "scheduler": self.scheduler.state_dict(),
             "bad_in_a_row": self.bad_in_a_row,
             "skipped_steps": self.skipped_steps,
@@ -489,7 +600,10 @@ class Learner:
     def load_state_dict(self, state: dict) -> None:
         if self.value_head is not None:
             self.value_head.load_state_dict(state["value_head"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        optimizer = state["optimizer"]
+        if self.ranks is not None:
+            optimizer = sharded_optimizer_state(self.optimizer, optimizer)
+        self.optimizer.load_state_dict(optimizer)
         self.scheduler.load_state_dict(state["scheduler"])
         self.bad_in_a_row = state["bad_in_a_row"]
         self.skipped_steps = state["skipped_steps"]

@@ -1,0 +1,160 @@
+"""The learner on two CPU ranks (gloo): DDP and FSDP2 train as one process does, loss for loss and
+parameter for parameter, for GRPO, PPO with a value head and the decoupled off-policy correction."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import queue
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from schedrl.config import AlgoConfig, OptimConfig
+from schedrl.models import build_char_tokenizer, build_tiny_model
+from schedrl.training.batch import collate
+from schedrl.training.learner import Learner
+from schedrl.training.parallel import Ranks, full_state_dict, init_group
+
+CASES = {
+    "grpo": (AlgoConfig(), OptimConfig(micro_batch_size=3, micro_batch_tokens=0)),
+    "ppo_value_head": (
+        AlgoConfig(loss="ppo", loss_args={"vf_coef": 0.5}, advantage="reward"),
+        OptimConfig(micro_batch_size=4, ppo_epochs=2, minibatches=2),
+    ),
+    "decoupled": (AlgoConfig(correction="decoupled"), OptimConfig(micro_batch_size=5)),
+}
+
+
+def _batch(seed: int = 0):
+    """3 prompts x 4 completions of 1-6 tokens, with behaviour log-probs and versions."""
+    g = torch.Generator().manual_seed(seed)
+    prompts, completions = [], []
+    for _ in range(3):
+        prompt = torch.randint(4, 90, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
+        for _ in range(4):
+            n = int(torch.randint(1, 7, (1,), generator=g))
+            prompts.append(prompt)
+            completions.append(torch.randint(4, 90, (n,), generator=g).tolist())
+    behaviour = [[-3.0 - 0.1 * i for i in range(len(c))] for c in completions]
+    versions = [[0] * len(c) for c in completions]
+    batch = collate(prompts, completions, 0, behaviour, versions)
+    return batch, torch.randn(len(prompts), generator=g)
+
+
+def _train(learner: Learner, steps: int = 2) -> list[dict[str, float]]:
+    batch, adv = _batch()
+    return [learner.update(batch, adv, step) for step in range(steps)]
+
+
+def _rank(rank: int, world: int, kind: str, port: int, case: str, weights: dict, out) -> None:
+    torch.set_num_threads(1)
+    init_group(rank, world, port, torch.device("cpu"))
+    try:
+        model = build_tiny_model(build_char_tokenizer())
+        model.load_state_dict(weights)
+        algo, optim = CASES[case]
+        learner = Learner(model, optim, algo, total_steps=10, ranks=Ranks(rank, world, kind))
+        stats = _train(learner)
+        state = full_state_dict(learner.model)
+        head = (
+            {k: v.clone() for k, v in learner.value_head.state_dict().items()} if learner.value_head else {}
+        )
+        if rank == 0:  # as bytes: a tensor through the queue would be shared memory of an exited process
+            out.put(pickle.dumps((stats, state, head)))
+        torch.distributed.barrier()  # every rank done with the group before any leaves it
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def on_ranks(kind: str, case: str, weights: dict, world: int = 2):
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_rank, args=(r, world, kind, port, case, weights, out)) for r in range(world)]
+    for p in procs:
+        p.start()
+    result = None
+    while result is None:
+        try:
+            result = pickle.loads(out.get(timeout=1))
+        except queue.Empty:
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                for p in procs:
+                    p.kill()
+                raise AssertionError(f"a rank process failed (exit codes {dead})") from None
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0, f"rank process exited with {p.exitcode}"
+    return result
+
+
+@pytest.mark.parametrize(
+    "kind,case",
+    [
+        ("ddp", "grpo"),
+        ("fsdp2", "grpo"),
+        ("fsdp2", "ppo_value_head"),
+        ("fsdp2", "decoupled"),
+        ("ddp", "ppo_value_head"),
+    ],
+)
+def test_two_ranks_train_as_one_process(default_model, kind, case):
+    torch.manual_seed(0)
+    algo, optim = CASES[case]
+    weights = {k: v.clone() for k, v in default_model.state_dict().items()}
+    torch.manual_seed(0)  # the value head's initial weights: rank 0's are broadcast, these are one process's
+    one = Learner(copy.deepcopy(default_model), optim, algo, total_steps=10)
+    one_stats = _train(one)
+    stats, state, head = on_ranks(kind, case, weights)
+    assert stats[0].keys() == one_stats[0].keys()
+    for a, b in zip(stats, one_stats, strict=True):
+        for k in ("loss", "entropy", "grad_norm", *(["vf_loss"] if "vf_loss" in b else [])):
+            assert a[k] == pytest.approx(b[k], abs=2e-6, rel=1e-5), k
+    moved = 0.0
+    for name, p in one.model.state_dict().items():
+        torch.testing.assert_close(state[name], p, atol=1e-5, rtol=0)  # float re-association, through AdamW
+        moved = max(moved, float((p - weights[name]).abs().max()))
+    assert moved > 1e-4  # the updates changed the weights: the comparison is not of two copies of the start
+    if one.value_head is not None:
+        for name, p in one.value_head.state_dict().items():
+            torch.testing.assert_close(head[name], p, atol=2e-6, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "learner,pipeline,message",
+    [
+        (
+            {"ranks": 2},
+            {"mode": "async"},
+            r"'learner.ranks' is 2 with learner.parallel 'none': pick 'ddp' or 'fsdp2'",
+        ),
+        (
+            {"parallel": "ddp", "ranks": 2},
+            {},
+            r"'learner.parallel' 'ddp' runs the learner as worker processes.*pipeline.mode 'async'",
+        ),
+        (
+            {"parallel": "fsdp2", "ranks": 64},
+            {"mode": "async"},
+            r"'learner.ranks' is 64, more than the \d+ CPU cores",
+        ),
+        ({"parallel": "fsdp3"}, {"mode": "async"}, r"learner.parallel.*fsdp3"),
+        ({"parallel": "ddp", "ranks": 0}, {"mode": "async"}, r"learner.ranks"),
+    ],
+)
+def test_bad_learner_layouts_are_refused_naming_the_field(learner, pipeline, message):
+    from schedrl.api import resolve_config
+    from schedrl.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        resolve_config({"learner": learner, "pipeline": pipeline})
