@@ -184,7 +184,30 @@ def check_before_start(cfg: RunConfig, source: Any = None) -> Any:
             raise ImportError(
                 f"logging backend {name!r} needs the {EXTRAS[name][1]}: pip install 'schedrl[{name}]'"
             )
+    if cfg.learner.lora is not None:
+        check_lora_targets(cfg)
     return source if source is not None else make_task(cfg.task.name, **cfg.task.args)
+
+
+def check_lora_targets(cfg: RunConfig) -> None:
+    """`learner.lora.target_modules` against the model's linear layers (the model built on the meta
+    device: no weights are read)."""
+    import torch
+
+    from schedrl.models import build_char_tokenizer, build_tiny_model, preset
+    from schedrl.training.lora import check_targets, lora_spec
+
+    with torch.device("meta"):
+        if cfg.model.path is None:
+            model = build_tiny_model(build_char_tokenizer(), preset(cfg.model.preset, cfg.model.tiny_seed))
+        else:
+            from transformers import AutoConfig, AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(cfg.model.path))
+    try:
+        check_targets(model, lora_spec(cfg.learner.lora or {})["target_modules"])
+    except ValueError as err:
+        raise ConfigError(f"config field 'learner.lora': {err}") from None
 
 
 def train(

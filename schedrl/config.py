@@ -198,6 +198,9 @@ class LearnerConfig:
     # all-reduced) or fsdp2 (parameters, gradients and optimizer state sharded over the ranks)
     parallel: Literal["none", "ddp", "fsdp2"] = "none"
     ranks: int = 1  # learner processes in one process group (gloo on CPU, NCCL on CUDA)
+    # LoRA adapters trained instead of the whole model (peft): {r, alpha, dropout, target_modules}
+    # (defaults 16, 32, 0.0, the attention projections); the engines receive the adapters only
+    lora: dict[str, Any] | None = None
 
 
 @dataclass

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,13 @@ from schedrl.engine.migration import migrants
 from schedrl.timeline import Recorder, Span
 from schedrl.training.batch import collate
 from schedrl.training.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
+from schedrl.training.lora import (
+    ADAPTER_DIR,
+    AdapterWeights,
+    adapter_weights,
+    load_adapter,
+    merged_state_dict,
+)
 from schedrl.training.parallel import full_state_dict, tied_names
 from schedrl.types import Request, Sample
 
@@ -184,24 +191,34 @@ class LearnerWorker(Inspectable):
         self.root = Path(run_root)
         device = default_device()
         path = Path(checkpoint) / "model" if checkpoint else self.cfg.model.path
+        adapter = Path(checkpoint) / ADAPTER_DIR if checkpoint else None
+        if adapter is not None and adapter.is_dir():  # LoRA: the base RL started from, then the adapters
+            path = self.root / REF_MODEL_DIR
         self.model, self.tokenizer = load_policy(self.cfg, path, device)
         ref = None
         if self.cfg.algo.kl_coef > 0:
             ref = load_policy(self.cfg, self.root / REF_MODEL_DIR, device)[0].eval().requires_grad_(False)
-        self.learner = make_learner(self.cfg, self.model, ref, ranks)
+        self.learner = make_learner(self.cfg, self.model, ref, ranks, worker=True)
+        if adapter is not None and adapter.is_dir():
+            load_adapter(self.learner.model, adapter)
         if checkpoint:
             _, trainer_state, rng = load_checkpoint(Path(checkpoint))
             self.learner.load_state_dict(trainer_state)
             set_rng_state(rng)
         self.timeline = Recorder("learner")
 
-    def weights(self) -> dict[str, torch.Tensor]:
-        """The policy's weights on the CPU (on a process group: gathered on rank 0, empty elsewhere)."""
+    def weights(self) -> dict[str, torch.Tensor] | AdapterWeights:
+        """The policy's weights on the CPU (on a process group: gathered on rank 0, empty elsewhere); with
+        LoRA, the adapters only (`training.lora.AdapterWeights`)."""
+        if self.cfg.learner.lora is not None:
+            return adapter_weights(self.learner.model)
         if self.ranks is not None:
             return full_state_dict(self.learner.model)
         return cpu_weights(self.model)
 
-    def update(self, batch: LearnerBatch, step: int) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+    def update(
+        self, batch: LearnerBatch, step: int
+    ) -> tuple[dict[str, float], dict[str, torch.Tensor] | AdapterWeights]:
         """One optimizer step on `batch` (`schedrl.orchestrate.update_batch.UpdateBatch.learner_batch`)."""
         start = time.perf_counter()
         with self.timeline.span("train"):
@@ -213,12 +230,18 @@ class LearnerWorker(Inspectable):
     def save_checkpoint(self, step: int, state: dict) -> str:
         """Write checkpoint `step`. On a process group every rank gathers its shards (collectives) and
         rank 0 writes the checkpoint as one process would, so any layout resumes it."""
-        weights = None
-        if (
-            self.ranks is not None
-        ):  # a tied weight gathers as a copy of its own: saved once, as on one process
+        weights: dict[str, torch.Tensor] | None = None
+        extra: Callable[[Path], None] | None = None
+        if self.cfg.learner.lora is not None:  # the merged policy (for evaluation), and the adapters
+            weights = merged_state_dict(self.learner.model)
+            peft_model: Any = self.learner.model
+            extra = lambda tmp: peft_model.save_pretrained(tmp / ADAPTER_DIR)  # noqa: E731
+
+        elif self.ranks is not None:
+            weights = full_state_dict(self.learner.model)
+        if weights is not None:  # a tied weight gathered is a copy of its own: saved once, as on one process
             tied = tied_names(self.model)
-            weights = {k: v for k, v in self.weights().items() if k not in tied}
+            weights = {k: v for k, v in weights.items() if k not in tied}
         trainer_state = self.learner.state_dict()
         path = self.root / "checkpoints" / f"step_{step:06d}"
         if self.ranks is None or self.ranks.rank == 0:
@@ -231,6 +254,7 @@ class LearnerWorker(Inspectable):
                 state,
                 keep_last=self.cfg.keep_last,
                 weights=weights,
+                extra=extra,
             )
         if self.ranks is not None:
             torch.distributed.barrier()  # no rank goes on before the checkpoint is complete

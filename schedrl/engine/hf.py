@@ -55,6 +55,7 @@ from schedrl.engine.base import (
 from schedrl.engine.preemption import Running
 from schedrl.engine.sampling import sample_tokens
 from schedrl.engine.weight_layout import store_input_major
+from schedrl.training.lora import AdapterBase, AdapterWeights
 from schedrl.types import FinishReason, Request, Sample, Timings
 
 
@@ -165,6 +166,7 @@ class HFEngine:
         self.tokenizer = tokenizer
         # The engine owns a copy: its attention is swapped for the packed kernel.
         self.model = copy.deepcopy(model).eval()
+        self._adapter_base = AdapterBase()  # the base weights LoRA adapters add to, once one arrives
         self.model.set_attn_implementation(ATTN_NAME)
         if self.config.input_major_weights:
             store_input_major(self.model)
@@ -329,10 +331,15 @@ class HFEngine:
         return len(self._running)
 
     def update_weights(
-        self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], version: int
+        self,
+        weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]] | AdapterWeights,
+        version: int,
     ) -> None:
-        """Copy new weights in place; cached keys/values of running requests are kept."""
+        """Copy new weights in place; cached keys/values of running requests are kept. `weights` may be
+        LoRA adapters (`training.lora.AdapterWeights`): they are merged into a kept copy of the base."""
         state = self.model.state_dict()
+        if isinstance(weights, AdapterWeights):
+            weights = self._adapter_base.merged(weights, state)
         items = weights.items() if isinstance(weights, Mapping) else weights
         with torch.no_grad():
             for name, tensor in items:

@@ -32,6 +32,7 @@ from schedrl.rollout.step import StepRollout
 from schedrl.rollout.tool_wait import TOOL_WAITS, ToolWaitPolicy
 from schedrl.training.checkpoint import latest_checkpoint, load_checkpoint, set_rng_state
 from schedrl.training.learner import Learner
+from schedrl.training.lora import ADAPTER_DIR, lora_spec
 from schedrl.training.parallel import Ranks
 from schedrl.training.run_dir import MetricsLogger, RunDir
 from schedrl.types import SamplingParams
@@ -117,9 +118,11 @@ def make_learner(
     model: PreTrainedModel,
     ref_model: PreTrainedModel | None = None,
     ranks: Ranks | None = None,
+    worker: bool = False,
 ) -> Learner:
     """The learner of a run, for both loops: the synchronous one and the asynchronous pipeline's worker
-    (one of `ranks`, on a learner process group)."""
+    (`worker`: one of `ranks`, on a learner process group; with `learner.lora`, training adapters)."""
+    lora = lora_spec(cfg.learner.lora) if worker and cfg.learner.lora is not None else None
     return Learner(
         model,
         cfg.optim,
@@ -130,6 +133,7 @@ def make_learner(
         cfg.seed,
         max_new_tokens=cfg.sampling.max_new_tokens,
         ranks=ranks,
+        lora=lora,
     )
 
 
@@ -162,7 +166,12 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False, source: TaskSource 
     torch.manual_seed(cfg.seed)
     device = default_device()
     ckpt = latest_checkpoint(run.ckpt_dir) if resume else None
-    model, tokenizer = load_policy(cfg, ckpt / "model" if ckpt else cfg.model.path, device)
+    path = ckpt / "model" if ckpt else cfg.model.path
+    if (
+        ckpt is not None and (ckpt / ADAPTER_DIR).is_dir()
+    ):  # LoRA: the base; the adapters come from the learner
+        path = run.root / REF_MODEL_DIR
+    model, tokenizer = load_policy(cfg, path, device)
     source = source if source is not None else make_task(cfg.task.name, **cfg.task.args)
     ref_model = None
     if cfg.algo.kl_coef > 0:
@@ -173,7 +182,8 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False, source: TaskSource 
     start_step, state = None, {}
     if ckpt is not None:
         state, trainer_state, rng = load_checkpoint(ckpt)
-        learner.load_state_dict(trainer_state)
+        if cfg.learner.lora is None:  # with LoRA the learner worker trains; this one holds no adapters
+            learner.load_state_dict(trainer_state)
         set_rng_state(rng)
         start_step = state.pop("step")
         log.info("resuming from %s at step %d", ckpt, start_step)
@@ -199,6 +209,10 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False, source: TaskSource 
 
 
 def save_ref_model(c: Components) -> None:
+    """The policy RL starts from (after SFT): the KL term's reference, and the base LoRA adapters add to."""
+    if c.cfg.learner.lora is not None and c.learner.ref_model is None:
+        c.model.save_pretrained(c.run.root / REF_MODEL_DIR)
+        c.tokenizer.save_pretrained(c.run.root / REF_MODEL_DIR)
     if c.learner.ref_model is not None:
         c.learner.ref_model.save_pretrained(c.run.root / REF_MODEL_DIR)
         c.tokenizer.save_pretrained(c.run.root / REF_MODEL_DIR)

@@ -106,11 +106,38 @@ def check_learner(cfg: RunConfig) -> None:
             "the asynchronous pipeline starts: set pipeline.mode 'async' (with schedule.max_staleness 0, the "
             "default, it trains exactly as the synchronous loop)"
         )
+    if lr.lora is not None:
+        check_lora(cfg)
     available = available_ranks()
     if lr.ranks > available:
         raise ConfigError(
             f"config field 'learner.ranks' is {lr.ranks}, more than the {available} "
             f"{'GPUs' if torch.cuda.is_available() else 'CPU cores'} this machine gives the run"
+        )
+
+
+def check_lora(cfg: RunConfig) -> None:
+    from schedrl.training.lora import lora_spec
+
+    try:
+        lora_spec(cfg.learner.lora or {})
+    except ValueError as err:
+        raise ConfigError(f"config field 'learner.lora': {err}") from None
+    if cfg.pipeline.mode != "async":
+        raise ConfigError(
+            "config field 'learner.lora' trains adapters in the learner worker, which the asynchronous "
+            "pipeline starts: set pipeline.mode 'async' (with schedule.max_staleness 0, the default, it "
+            "trains exactly as the synchronous loop)"
+        )
+    if cfg.learner.parallel != "none":
+        raise ConfigError(
+            f"config field 'learner.lora' with learner.parallel {cfg.learner.parallel!r}: adapters on "
+            "several ranks are not built yet; use one learner process (parallel 'none')"
+        )
+    if cfg.engine.backend == "vllm":
+        raise ConfigError(
+            f"config field 'learner.lora' with engine.backend {cfg.engine.backend!r}: adapter pushes reach "
+            "the built-in engine only; vLLM's LoRARequest path is not built yet"
         )
 
 

@@ -59,6 +59,9 @@ class EngineFleet:
         self.backend, self.cfg = backend, cfg
         self.on_samples, self.on_restart, self.on_moved = on_samples, on_restart, on_moved
         self.weights, self.version = weights, version  # the weights the engines hold (or will, once pushed)
+        self.start_weights = (
+            weights  # full weights a replacement engine starts on (later ones may be adapters)
+        )
         self.staged: tuple[Any, int] | None = None  # weights waiting to be pushed (see `stage`)
         self.restarts = 0
         self.divide = bool(cfg.schedule.divide_groups)  # each request on its own: Seer's divided rollout
@@ -215,7 +218,8 @@ class EngineFleet:
         self.futures[i] = []
         self.handing = [h for h in self.handing if h[1] != i]  # a hand-over from it will not answer
         self.flush(skip=i)  # every engine gets the latest weights: the new one starts on them
-        self.engines[i] = self.backend.start_engine(self.cfg, self.weights, self.version, i)
+        self.engines[i] = self.backend.start_engine(self.cfg, self.start_weights, self.version, i)
+        remote(self.backend, self.engines[i], EngineWorker.update_weights)(self.weights, self.version)
         wait_built(self.backend, self.named([i]), self.cfg.pipeline.worker_timeout_s or None)
         lost = [rid for rid, (_, e) in self.in_engine.items() if e == i]
         self.on_restart(i, {self.in_engine.pop(rid)[0] for rid in lost})

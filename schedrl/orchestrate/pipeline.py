@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from typing import Any
 
 from schedrl.contracts.workers import Backend
 from schedrl.data import scored_groups
@@ -28,6 +29,7 @@ from schedrl.orchestrate.update_batch import UpdateBatch
 from schedrl.rollout import group_requests
 from schedrl.timeline import TIMELINE_FILE, append_spans
 from schedrl.training.checkpoint import latest_checkpoint
+from schedrl.training.lora import ADAPTER_DIR, AdapterBase, AdapterWeights
 from schedrl.types import Sample, group_of
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,7 @@ class Pipeline:
         if state is not None:
             self.loop.load_state_dict(state)
         self.weights = backend.put(cpu_weights(c.model))
+        self.adapter_base = AdapterBase()  # with LoRA: this process's model's base weights
         self.fleet = EngineFleet(
             backend,
             self.cfg,
@@ -83,6 +86,9 @@ class Pipeline:
         # (engines first: on threads the learner builds after them, and is not reported as slow for it)
         for workers in (self.fleet.named(range(len(self.fleet.engines))), [("learner", self.learner)]):
             wait_built(backend, workers, self.settings.worker_timeout_s or None)
+        if ckpt is not None and (ckpt / ADAPTER_DIR).is_dir():  # LoRA resumed: everything holds the base
+            self.weights = remote(backend, self.learner, LearnerWorker.weights)()  # and gets the adapters
+            self.fleet.push(self.weights, self.loop.version)
 
     @property
     def engines(self) -> list:
@@ -228,8 +234,13 @@ class Pipeline:
     def sync_local_weights(self) -> None:
         """Load the latest weights into this process's model and engine (evaluation)."""
         w = self.backend.get(self.weights) if not isinstance(self.weights, dict) else self.weights
-        self.components.model.load_state_dict(w)
-        self.components.engine.update_weights(w, self.loop.version)
+        model = self.components.model
+        if isinstance(w, AdapterWeights):  # LoRA: this model holds the base; merged into its adapted weights
+            model.load_state_dict(self.adapter_base.merged(w, model.state_dict()), strict=False)
+        else:
+            model.load_state_dict(w)
+        engine: Any = self.components.engine  # the built-in engine takes adapters too
+        engine.update_weights(w, self.loop.version)
 
     def checkpoint(self, done: int) -> None:
         """Cut the engines so the buffer holds every unconsumed sample, save, then resume generation."""

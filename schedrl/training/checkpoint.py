@@ -85,12 +85,16 @@ def save_checkpoint(
     keep_last: int | None = 3,
     at: Callable[[str], None] | None = None,
     weights: dict | None = None,
+    extra: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write checkpoint `step` by the protocol above; keep the newest `keep_last`. `at(point)` is called
     after each step of the protocol (`POINTS`), for tests that stop it there. `weights`: the model's
-    full state dict, where `model` holds only a shard of it (a learner rank)."""
+    full state dict, where `model` holds only a shard of it (a learner rank) or adapters beside it;
+    `extra(tmp_dir)` writes more into the checkpoint (LoRA adapters)."""
 
     def write(tmp: Path) -> None:
+        if extra is not None:
+            extra(tmp)
         _write(tmp, model, tokenizer, trainer_state, {"step": step, **state}, weights)
 
     return write_checkpoint(ckpt_dir, step, write, keep_last, at)

@@ -12,7 +12,7 @@ import logging
 import math
 from collections import defaultdict
 from dataclasses import asdict
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import PreTrainedModel
@@ -21,6 +21,7 @@ from schedrl.algos import entropy_from_logits, masked_mean, offpolicy_stats, tok
 from schedrl.algos.loss_call import loss_call
 from schedrl.config import AlgoConfig, OptimConfig
 from schedrl.training.batch import TokenBatch, prompt_groups, prompt_lengths
+from schedrl.training.lora import apply_lora
 from schedrl.training.optimizer import adamw
 from schedrl.training.packing import Packing, pack_fewest
 from schedrl.training.parallel import (
@@ -90,10 +91,14 @@ class Learner:
         seed: int = 0,
         max_new_tokens: int | None = None,
         ranks: Ranks | None = None,
+        lora: dict[str, Any] | None = None,
     ) -> None:
         """`max_new_tokens`: the generation budget, Dr. GRPO's per-row constant (None: the step's longest).
         `ranks`: this process's place in a learner process group (`training.parallel`); the model is
-        wrapped or sharded here, and every update trains on this rank's share of the batch."""
+        wrapped or sharded here, and every update trains on this rank's share of the batch. `lora`
+        (`training.lora.lora_spec`): the model is wrapped with peft's adapters, and only they train."""
+        if lora is not None:
+            model = cast(PreTrainedModel, apply_lora(model, lora))
         self.model, self.ref_model = model.train(), ref_model
         self.module, self.ranks = model, ranks  # the model unwrapped
         self.cfg, self.algo = optim, algo
@@ -117,11 +122,12 @@ class Learner:
             if self.value_head is not None:  # replicated: every rank starts from rank 0's
                 for p in self.value_head.parameters():
                     torch.distributed.broadcast(p.data, 0)
-        params: list = [*self.model.parameters(), *(self.value_head.parameters() if self.value_head else ())]
+        trainable = [p for p in self.model.parameters() if p.requires_grad]  # LoRA: the adapters only
+        params: list = [*trainable, *(self.value_head.parameters() if self.value_head else ())]
         if ranks is not None and ranks.kind == "fsdp2" and self.value_head is not None:
             # sharded and replicated parameters in groups of their own: one fused step takes one kind
             params = [
-                {"params": list(self.model.parameters())},
+                {"params": trainable},
                 {"params": list(self.value_head.parameters())},
             ]
         self.optimizer = adamw(params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay)
@@ -601,9 +607,12 @@ class Learner:
         if self.value_head is not None:
             self.value_head.load_state_dict(state["value_head"])
         optimizer = state["optimizer"]
-        if self.ranks is not None:
+        if not optimizer["state"]:  # no step taken yet (checkpoint 0, whose optimizer may hold other params)
+            optimizer = None
+        elif self.ranks is not None:
             optimizer = sharded_optimizer_state(self.optimizer, optimizer)
-        self.optimizer.load_state_dict(optimizer)
+        if optimizer is not None:
+            self.optimizer.load_state_dict(optimizer)
         self.scheduler.load_state_dict(state["scheduler"])
         self.bad_in_a_row = state["bad_in_a_row"]
         self.skipped_steps = state["skipped_steps"]

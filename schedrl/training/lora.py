@@ -1,0 +1,157 @@
+"""LoRA adapters (`learner.lora`), trained with peft, and what reaches the engines: the adapters only.
+
+The learner wraps the policy with peft's `get_peft_model` (only the adapters train; the optimizer and
+the checkpoints hold only them). An update sends the engines an `AdapterWeights`: each adapted
+linear layer's A, B and scale (alpha / r), a few percent of the model. The engine keeps a copy of the
+base weights of those layers and loads W = W_base + scale * B @ A, which is peft's own merge
+(`merge_and_unload`), so it generates from exactly the policy the learner trains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+LORA_FIELDS = {
+    "r": 16,
+    "alpha": 32,
+    "dropout": 0.0,
+    "target_modules": ("q_proj", "k_proj", "v_proj", "o_proj"),
+}
+
+
+def lora_spec(section: Mapping[str, Any]) -> dict[str, Any]:
+    """`learner.lora` with its defaults; a `ConfigError`-ready `ValueError` names an unknown key or a bad value."""
+    unknown = sorted(set(section) - set(LORA_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(unknown)}; known: {', '.join(LORA_FIELDS)}")
+    spec = {**LORA_FIELDS, **section}
+    if not (isinstance(spec["r"], int) and spec["r"] > 0):
+        raise ValueError(f"'r' must be a positive integer, got {spec['r']!r}")
+    if not 0.0 <= float(spec["dropout"]) < 1.0:
+        raise ValueError(f"'dropout' must be in [0, 1), got {spec['dropout']!r}")
+    targets = spec["target_modules"]
+    spec["target_modules"] = (targets,) if isinstance(targets, str) else tuple(targets)
+    return spec
+
+
+def linear_names(model: torch.nn.Module) -> list[str]:
+    """The last names of the model's linear layers: what `target_modules` may name."""
+    return sorted(
+        {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    )
+
+
+def check_targets(model: torch.nn.Module, targets: tuple[str, ...]) -> None:
+    """Every target names a linear layer of `model`; else a `ValueError` naming it and the candidates."""
+    names = linear_names(model)
+    missing = [t for t in targets if t not in names]
+    if missing:
+        raise ValueError(
+            f"target module(s) {', '.join(map(repr, missing))} are not linear layers of {type(model).__name__}; "
+            f"candidates: {', '.join(names)}"
+        )
+
+
+def apply_lora(model: torch.nn.Module, spec: Mapping[str, Any]) -> torch.nn.Module:
+    """`model` with LoRA adapters on `spec["target_modules"]` (peft; B starts at zero, so the policy is
+    unchanged until the first step); only the adapters require gradients."""
+    from peft import LoraConfig, get_peft_model
+
+    check_targets(model, spec["target_modules"])
+    config = LoraConfig(
+        r=spec["r"],
+        lora_alpha=spec["alpha"],
+        lora_dropout=float(spec["dropout"]),
+        target_modules=list(spec["target_modules"]),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)
+
+
+@dataclass
+class AdapterWeights:
+    """The adapters of one policy version: base weight name -> (A (r, in), B (out, r), scale)."""
+
+    layers: dict[str, tuple[torch.Tensor, torch.Tensor, float]]
+
+    def merged(self, base: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """W_base + scale * B @ A for every adapted weight, from `base` (those weights' base values)."""
+        return {name: base[name] + scale * (b @ a) for name, (a, b, scale) in self.layers.items()}
+
+    @property
+    def numel(self) -> int:
+        return sum(a.numel() + b.numel() for a, b, _ in self.layers.values())
+
+
+def adapter_weights(model: torch.nn.Module) -> AdapterWeights:
+    """The adapters of a peft-wrapped `model`, under the names of the base weights they adapt (as the
+    plain model's state dict names them), on the CPU."""
+    from peft.tuners.lora import LoraLayer
+
+    layers = {}
+    for name, module in model.named_modules():
+        if isinstance(module, LoraLayer) and "default" in module.lora_A:
+            lora_a: Any = module.lora_A["default"]
+            lora_b: Any = module.lora_B["default"]
+            a, b = (x.weight.detach().cpu().clone() for x in (lora_a, lora_b))
+            layers[plain_name(name) + ".weight"] = (a, b, float(module.scaling["default"]))
+    return AdapterWeights(layers)
+
+
+def plain_name(name: str) -> str:
+    """A module's name in the model peft wrapped (without `base_model.model.`)."""
+    prefix = "base_model.model."
+    return name[len(prefix) :] if name.startswith(prefix) else name
+
+
+def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The plain model's state dict of a peft-wrapped `model`, each adapter merged into its weight."""
+    adapters = adapter_weights(model)
+    out = {}
+    for key, value in model.state_dict().items():
+        if "lora_" in key:
+            continue
+        name = plain_name(key).replace(".base_layer.", ".")
+        out[name] = value.detach().cpu().clone()
+    out.update(adapters.merged(out))
+    return out
+
+
+class AdapterBase:
+    """An engine's copy of the base weights its adapters add to, taken from the engine's own weights at the
+    first adapter it loads (the engine then holds the policy the adapters were trained from)."""
+
+    def __init__(self) -> None:
+        self.base: dict[str, torch.Tensor] = {}
+
+    def merged(
+        self, adapters: AdapterWeights, current: Mapping[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        for name in adapters.layers:
+            if name not in self.base:
+                if name not in current:
+                    raise ValueError(f"adapter for unknown weight {name!r}")
+                self.base[name] = current[name].detach().to("cpu", copy=True)
+        return {k: v.to(current[k].dtype) for k, v in adapters.merged(self.base).items()}
+
+
+ADAPTER_DIR = "adapter"  # a checkpoint's adapters (peft's adapter_config.json and adapter_model.safetensors)
+
+
+def load_adapter(model: torch.nn.Module, directory: Any) -> None:
+    """Load the adapters saved in `directory` (peft's `save_pretrained`) into the peft-wrapped `model`."""
+    from pathlib import Path
+
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    weights = load_file(str(Path(directory) / "adapter_model.safetensors"))
+    result = set_peft_model_state_dict(model, weights)
+    missing = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
+    if missing:
+        raise ValueError(f"adapters in {str(directory)!r} do not fit this model: {', '.join(missing[:5])}")
