@@ -339,7 +339,9 @@ class HFEngine:
         LoRA adapters (`training.lora.AdapterWeights`): they are merged into a kept copy of the base."""
         state = self.model.state_dict()
         if isinstance(weights, AdapterWeights):
-            weights = self._adapter_base.merged(weights, state)
+            self._adapter_base.merge_into(weights, state)
+            self.version = version
+            return
         items = weights.items() if isinstance(weights, Mapping) else weights
         with torch.no_grad():
             for name, tensor in items:

@@ -236,7 +236,7 @@ class Pipeline:
         w = self.backend.get(self.weights) if not isinstance(self.weights, dict) else self.weights
         model = self.components.model
         if isinstance(w, AdapterWeights):  # LoRA: this model holds the base; merged into its adapted weights
-            model.load_state_dict(self.adapter_base.merged(w, model.state_dict()), strict=False)
+            self.adapter_base.merge_into(w, model.state_dict())
         else:
             model.load_state_dict(w)
         engine: Any = self.components.engine  # the built-in engine takes adapters too

@@ -3,8 +3,9 @@
 The learner wraps the policy with peft's `get_peft_model` (only the adapters train; the optimizer and
 the checkpoints hold only them). An update sends the engines an `AdapterWeights`: each adapted
 linear layer's A, B and scale (alpha / r), a few percent of the model. The engine keeps a copy of the
-base weights of those layers and loads W = W_base + scale * B @ A, which is peft's own merge
-(`merge_and_unload`), so it generates from exactly the policy the learner trains.
+base weights of those layers and loads W = W_base + scale * B @ A, peft's own merge (`merge_and_unload`;
+`merged_state_dict` is it bit for bit, the engine's in-place merge to float rounding), so it generates
+from the policy the learner trains.
 """
 
 from __future__ import annotations
@@ -124,20 +125,29 @@ def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 class AdapterBase:
     """An engine's copy of the base weights its adapters add to, taken from the engine's own weights at the
-    first adapter it loads (the engine then holds the policy the adapters were trained from)."""
+    first adapter it loads (the engine then holds the policy the adapters were trained from), in the
+    layout the engine stores them (the built-in engine keeps its linear weights input-major)."""
 
     def __init__(self) -> None:
         self.base: dict[str, torch.Tensor] = {}
 
-    def merged(
-        self, adapters: AdapterWeights, current: Mapping[str, torch.Tensor]
-    ) -> dict[str, torch.Tensor]:
-        for name in adapters.layers:
-            if name not in self.base:
-                if name not in current:
-                    raise ValueError(f"adapter for unknown weight {name!r}")
-                self.base[name] = current[name].detach().to("cpu", copy=True)
-        return {k: v.to(current[k].dtype) for k, v in adapters.merged(self.base).items()}
+    @torch.no_grad()
+    def merge_into(self, adapters: AdapterWeights, state: Mapping[str, torch.Tensor]) -> None:
+        """Write W_base + scale * B @ A into each adapted weight of `state` (the engine's own tensors)."""
+        for name, (a, b, scale) in adapters.layers.items():
+            if name not in state:
+                raise ValueError(f"adapter for unknown weight {name!r}")
+            weight = state[name]
+            base = self.base.get(name)
+            if base is None:
+                base = self.base[name] = weight.detach().clone()  # keeps the engine's strides
+            a, b = a.to(weight.device, weight.dtype), b.to(weight.device, weight.dtype)
+            if weight.dim() == 2 and not weight.is_contiguous() and weight.t().is_contiguous():
+                delta = torch.mm(a.t(), b.t())  # (in, out): the transposed storage, written contiguously
+                torch.add(base.t(), delta.mul_(scale), out=weight.t())
+            else:
+                delta = torch.mm(b, a)
+                torch.add(base, delta.mul_(scale), out=weight)
 
 
 ADAPTER_DIR = "adapter"  # a checkpoint's adapters (peft's adapter_config.json and adapter_model.safetensors)
