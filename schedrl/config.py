@@ -190,6 +190,10 @@ class PipelineConfig:
     # stuck: named with its stack; a stuck engine actor is replaced (Ray), anything else stops the run
     # (the last checkpoint resumes it); 0: wait forever
     worker_timeout_s: float = 600.0
+    # every full weight push carries its version and a checksum per decoder layer; the engine reads back what
+    # it loaded and compares (schedrl.distributed.weight_push); an engine whose weights cannot be read
+    # back (vLLM) is not checked
+    verify_pushes: bool = True
 
 
 @dataclass

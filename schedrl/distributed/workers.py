@@ -8,6 +8,7 @@ run config, so only weights cross process boundaries.
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import threading
 import time
@@ -20,6 +21,7 @@ import torch
 
 from schedrl.config import RunConfig
 from schedrl.contracts.workers import LearnerBatch
+from schedrl.distributed.weight_push import PushedWeights, verify
 from schedrl.engine.migration import migrants
 from schedrl.timeline import Recorder, Span
 from schedrl.training.batch import collate
@@ -152,8 +154,13 @@ class EngineWorker(Inspectable):
         return [self.engine.abort(i) for i in ids]
 
     def update_weights(self, weights: dict[str, torch.Tensor], version: int) -> int:
+        """Load `weights` as policy `version`; a `PushedWeights` is checked against what the engine then
+        holds (`weight_push.verify`): a mismatch raises, naming the version and the bucket."""
         with self.timeline.span("weight-sync"):
             self.engine.update_weights(weights, version)
+            model = getattr(self._base, "model", None)
+            if isinstance(weights, PushedWeights) and isinstance(model, torch.nn.Module):
+                verify(model.state_dict(), weights, version, self.timeline.worker)
         return version
 
     def spans(self) -> list[Span]:
@@ -225,7 +232,23 @@ class LearnerWorker(Inspectable):
             stats = train_step(self.learner, self.tokenizer.pad_token_id, batch, step)
         with self.timeline.span("weight-sync"):
             weights = self.weights()
+            if self.cfg.pipeline.verify_pushes and isinstance(weights, dict) and weights:
+                weights = PushedWeights.of(weights, step + 1)  # version step + 1, with its checksums
+        stats["learner_peak_mb"] = self.peak_mb()
         return {**stats, "train_s": time.perf_counter() - start}, weights
+
+    def peak_mb(self) -> float:
+        """The learner's peak memory so far, in MB: the device's allocations on a GPU, else the process's
+        peak resident set; on a process group, the largest rank's."""
+        if torch.cuda.is_available():
+            peak = torch.cuda.max_memory_allocated() / 2**20
+        else:
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        if self.ranks is not None:
+            t = torch.tensor([peak], dtype=torch.float64)
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+            peak = float(t.item())
+        return peak
 
     def save_checkpoint(self, step: int, state: dict) -> str:
         """Write checkpoint `step`. On a process group every rank gathers its shards (collectives) and

@@ -111,8 +111,10 @@ class EngineFleet:
     def push(self, weights: Any, version: int, skip: int | None = None) -> None:
         """Send `weights` (policy `version`) to every engine but `skip`; they take them between decode steps."""
         for i, engine in enumerate(self.engines):
-            if i != skip:
-                remote(self.backend, engine, EngineWorker.update_weights)(weights, version)
+            if i != skip:  # queued with the engine's calls: a push that fails is raised when collected
+                self.futures[i].append(
+                    remote(self.backend, engine, EngineWorker.update_weights)(weights, version)
+                )
         self.weights, self.version = weights, version
 
     def stage(self, weights: Any, version: int) -> None:
@@ -144,6 +146,8 @@ class EngineFleet:
                 out = self._get(i, f)
                 if out is None:  # died and restarted: its queue is gone
                     break
+                if not isinstance(out, list):  # a weight push's acknowledgement
+                    continue
                 self.on_samples(out)
                 moved = [s for s in out if s.finish_reason == "aborted"]
                 if dst is not None and moved and self.on_moved is not None:
@@ -194,9 +198,10 @@ class EngineFleet:
                     out = self._get(i, f)
                     if out is None:  # died and restarted: what it held was resent; cut again
                         break
-                    self.on_samples(out)
+                    if isinstance(out, list):  # not a weight push's acknowledgement
+                        self.on_samples(out)
 
-    def _get(self, i: int, future) -> list[Sample] | None:
+    def _get(self, i: int, future) -> Any:
         try:
             return self.backend.get(future)
         except WorkerDiedError as err:
@@ -219,7 +224,8 @@ class EngineFleet:
         self.handing = [h for h in self.handing if h[1] != i]  # a hand-over from it will not answer
         self.flush(skip=i)  # every engine gets the latest weights: the new one starts on them
         self.engines[i] = self.backend.start_engine(self.cfg, self.start_weights, self.version, i)
-        remote(self.backend, self.engines[i], EngineWorker.update_weights)(self.weights, self.version)
+        push = remote(self.backend, self.engines[i], EngineWorker.update_weights)(self.weights, self.version)
+        self.futures[i].append(push)
         wait_built(self.backend, self.named([i]), self.cfg.pipeline.worker_timeout_s or None)
         lost = [rid for rid, (_, e) in self.in_engine.items() if e == i]
         self.on_restart(i, {self.in_engine.pop(rid)[0] for rid in lost})
