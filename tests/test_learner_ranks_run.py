@@ -79,3 +79,32 @@ def test_two_ranks_train_and_resume_across_layouts(tmp_path):
     schedrl.train(resume=back, sets=["learner.parallel=ddp", "learner.ranks=2"])
     _close(_losses(back)[-2:], one[-2:])
     _same_weights(back, tmp_path / "one")
+
+
+def test_a_rank_killed_mid_update_fails_the_run_and_resume_continues_exactly(tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from schedrl.distributed.backend import WorkerDiedError
+    from schedrl.distributed.learner_ranks import LearnerRanks
+
+    real = LearnerRanks._gather
+    calls = {"update": 0}
+
+    def gather(self, what):
+        if what == "running update":
+            calls["update"] += 1
+            if calls["update"] == 3:  # the ranks have the third update's batch: one dies in the middle of it
+                os.kill(self.procs[1].pid, signal.SIGKILL)
+        return real(self, what)
+
+    monkeypatch.setattr(LearnerRanks, "_gather", gather)
+    with pytest.raises(WorkerDiedError, match=r"learner rank 1 died while running update \(exit code -9\)"):
+        _run(tmp_path, "killed", "fsdp2", 2)
+    run = tmp_path / "killed"
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step_000002"  # the last one, complete
+    monkeypatch.setattr(LearnerRanks, "_gather", real)
+    schedrl.train(resume=run)
+    one = _run(tmp_path, "one")
+    _close(_losses(run), _losses(one))  # steps 1-4 once each, as the uninterrupted run
+    _same_weights(run, one)

@@ -15,7 +15,7 @@ import contextlib
 import multiprocessing.connection
 import socket
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.multiprocessing as mp
@@ -97,22 +97,32 @@ class LearnerRanks:
         while len(answers) < len(self.conns):
             waiting = {c: r for r, c in enumerate(self.conns) if r not in answers}
             for conn in multiprocessing.connection.wait(list(waiting), timeout=POLL_S):
-                answers[waiting[conn]] = conn.recv()  # type: ignore[index]
+                rank = waiting[conn]  # type: ignore[index]
+                try:
+                    answers[rank] = conn.recv()  # type: ignore[union-attr]
+                except (EOFError, OSError):  # its end of the pipe closed: the process is gone
+                    self._died(rank, what)
             for rank, proc in enumerate(self.procs):
                 if rank not in answers and not proc.is_alive():
-                    self.close()
-                    raise WorkerDiedError(
-                        f"learner rank {rank} died while {what} (exit code {proc.exitcode})"
-                    )
+                    self._died(rank, what)
         errors = [(r, text) for r, (kind, text) in sorted(answers.items()) if kind == "error"]
         if errors:
             rank, text = errors[0]
             raise RuntimeError(f"learner rank {rank} failed while {what}:\n{text}")
         return answers[0][1]
 
+    def _died(self, rank: int, what: str) -> NoReturn:
+        self.procs[rank].join(timeout=5)
+        code = self.procs[rank].exitcode
+        self.close()
+        raise WorkerDiedError(f"learner rank {rank} died while {what} (exit code {code})")
+
     def _call(self, method: str, *args: Any) -> Any:
-        for conn in self.conns:
-            conn.send((method, args))
+        for rank, conn in enumerate(self.conns):
+            try:
+                conn.send((method, args))
+            except OSError:
+                self._died(rank, f"receiving {method}")
         return self._gather(f"running {method}")
 
     def update(self, batch, step: int):
