@@ -149,7 +149,11 @@ def test_a_bad_argument_names_the_policy_the_argument_and_the_value(schedule, me
             r"pipeline.num_engines >= 2, got 'sync' with 1 engine",
         ),
         (
-            {"schedule": {"migrate": True}, "pipeline": {"mode": "async", "num_engines": 2}, "task": {"name": "calc_tools", "env": "tools"}},
+            {
+                "schedule": {"migrate": True},
+                "pipeline": {"mode": "async", "num_engines": 2},
+                "task": {"name": "calc_tools", "env": "tools"},
+            },
             r"'schedule.migrate' cannot run with task.env 'tools': an episode's turns",
         ),
     ],
