@@ -31,6 +31,7 @@ from typing import Any, Concatenate, ParamSpec
 
 from schedrl.config import RunConfig
 from schedrl.contracts.workers import Backend
+from schedrl.distributed.errors import WorkerDiedError, WorkerStuckError
 from schedrl.distributed.workers import EngineWorker, LearnerWorker
 from schedrl.registry import Registry
 
@@ -38,14 +39,6 @@ P = ParamSpec("P")
 STACK_TIMEOUT_S = 10.0  # how long a stuck Ray actor's stack may take to arrive
 
 log = logging.getLogger(__name__)
-
-
-class WorkerDiedError(RuntimeError):
-    """A worker process died (killed, out of memory, crashed)."""
-
-
-class WorkerStuckError(RuntimeError):
-    """A worker has not answered a call for longer than `pipeline.worker_timeout_s`."""
 
 
 def placement(

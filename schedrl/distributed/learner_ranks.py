@@ -21,7 +21,7 @@ import torch
 import torch.multiprocessing as mp
 
 from schedrl.config import RunConfig
-from schedrl.distributed.backend import WorkerDiedError
+from schedrl.distributed.errors import WorkerDiedError
 from schedrl.distributed.workers import LearnerWorker, busy_stacks
 from schedrl.training.parallel import Ranks, init_group
 

@@ -25,7 +25,14 @@ from schedrl.distributed.weight_push import PushedWeights, verify
 from schedrl.engine.migration import migrants
 from schedrl.timeline import Recorder, Span
 from schedrl.training.batch import collate
-from schedrl.training.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
+from schedrl.training.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    set_rng_state,
+    temporary_dir,
+)
+from schedrl.training.learner import OPTIMIZER_DIR
 from schedrl.training.lora import (
     ADAPTER_DIR,
     AdapterWeights,
@@ -210,7 +217,7 @@ class LearnerWorker(Inspectable):
             load_adapter(self.learner.model, adapter)
         if checkpoint:
             _, trainer_state, rng = load_checkpoint(Path(checkpoint))
-            self.learner.load_state_dict(trainer_state)
+            self.learner.load_state_dict(trainer_state, Path(checkpoint))
             set_rng_state(rng)
         self.timeline = Recorder("learner")
 
@@ -251,8 +258,14 @@ class LearnerWorker(Inspectable):
         return peak
 
     def save_checkpoint(self, step: int, state: dict) -> str:
-        """Write checkpoint `step`. On a process group every rank gathers its shards (collectives) and
-        rank 0 writes the checkpoint as one process would, so any layout resumes it."""
+        """Write checkpoint `step`. On a process group rank 0 writes it (the model gathered whole, as one
+        process saves it) and every rank writes its shard of AdamW's state into it (torch.distributed.
+        checkpoint), inside the checkpoint's temporary directory, before it is renamed complete."""
+        ckpt_dir = self.root / "checkpoints"
+        final = ckpt_dir / f"step_{step:06d}"
+        current = latest_checkpoint(ckpt_dir)
+        if current is not None and current.name == final.name:  # a resume saving its own start again
+            return str(final)
         weights: dict[str, torch.Tensor] | None = None
         extra: Callable[[Path], None] | None = None
         if self.cfg.learner.lora is not None:  # the merged policy (for evaluation), and the adapters
@@ -266,10 +279,15 @@ class LearnerWorker(Inspectable):
             tied = tied_names(self.model)
             weights = {k: v for k, v in weights.items() if k not in tied}
         trainer_state = self.learner.state_dict()
-        path = self.root / "checkpoints" / f"step_{step:06d}"
+        path = final
+        if self.ranks is not None:
+            sharded = self.learner.save_sharded_optimizer  # a collective: every rank, the same directory
+            extra = lambda tmp: sharded(tmp / OPTIMIZER_DIR)  # noqa: E731
+            if self.ranks.rank != 0:  # rank 0 calls it inside the checkpoint protocol, on the same path
+                extra(temporary_dir(ckpt_dir, step))
         if self.ranks is None or self.ranks.rank == 0:
             path = save_checkpoint(
-                self.root / "checkpoints",
+                ckpt_dir,
                 step,
                 self.model,
                 self.tokenizer,

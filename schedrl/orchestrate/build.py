@@ -182,8 +182,8 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False, source: TaskSource 
     start_step, state = None, {}
     if ckpt is not None:
         state, trainer_state, rng = load_checkpoint(ckpt)
-        if cfg.learner.lora is None:  # with LoRA the learner worker trains; this one holds no adapters
-            learner.load_state_dict(trainer_state)
+        if cfg.pipeline.mode == "sync":  # asynchronous: the learner worker restores its own state
+            learner.load_state_dict(trainer_state, ckpt)
         set_rng_state(rng)
         start_step = state.pop("step")
         log.info("resuming from %s at step %d", ckpt, start_step)

@@ -100,6 +100,11 @@ def save_checkpoint(
     return write_checkpoint(ckpt_dir, step, write, keep_last, at)
 
 
+def temporary_dir(ckpt_dir: Path, step: int) -> Path:
+    """Where checkpoint `step` is written before it is renamed complete."""
+    return ckpt_dir / f".tmp_step_{step:06d}"
+
+
 def write_checkpoint(
     ckpt_dir: Path,
     step: int,
@@ -113,7 +118,7 @@ def write_checkpoint(
         raise ValueError(f"keep_last must be >= 1, got {keep_last!r}")
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / f"step_{step:06d}"
-    tmp = ckpt_dir / f".tmp_step_{step:06d}"
+    tmp = temporary_dir(ckpt_dir, step)
     current = latest_checkpoint(ckpt_dir)
     if current is not None and current.name == final.name:
         return final  # this step is already the latest complete checkpoint (a resume that saves it again)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import warnings
 from collections import defaultdict
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -29,7 +31,6 @@ from schedrl.training.parallel import (
     all_sum,
     all_sum_,
     all_true,
-    full_optimizer_state,
     local_norm,
     no_sync,
     sharded_optimizer_state,
@@ -39,6 +40,8 @@ from schedrl.training.schedules import make_schedule
 from schedrl.training.value_head import ValueHead
 
 log = logging.getLogger(__name__)
+SHARDED = "sharded"  # a trainer state's optimizer entry {SHARDED: dir}: written by every rank, in `dir`
+OPTIMIZER_DIR = "optimizer"
 
 
 class NonFiniteLossError(RuntimeError):
@@ -590,24 +593,31 @@ class Learner:
 
     def state_dict(self) -> dict:
         """What a resume needs besides the policy weights (saved as the HF model), value head included.
-        On a process group the optimizer's state is gathered whole (a collective), in one process's
-        layout, so that any layout resumes it."""
+        On a process group the optimizer's state is not in it: every rank writes its shard
+        (`save_sharded_optimizer`) and the state names the directory."""
         return {
             "value_head": self.value_head.state_dict() if self.value_head is not None else None,
-            "optimizer": self.optimizer.state_dict()
-            if self.ranks is None
-            else full_optimizer_state(self.optimizer),
+            "optimizer": self.optimizer.state_dict() if self.ranks is None else {SHARDED: OPTIMIZER_DIR},
             "scheduler": self.scheduler.state_dict(),
             "bad_in_a_row": self.bad_in_a_row,
             "skipped_steps": self.skipped_steps,
             "optim_config": asdict(self.cfg),
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, directory: Path | None = None) -> None:
+        """Restore `state`; a sharded optimizer is read from the checkpoint `directory` it was written to,
+        on any number of ranks (torch.distributed.checkpoint reshards it)."""
         if self.value_head is not None:
             self.value_head.load_state_dict(state["value_head"])
         optimizer = state["optimizer"]
-        if not optimizer["state"]:  # no step taken yet (checkpoint 0, whose optimizer may hold other params)
+        if SHARDED in optimizer:
+            if directory is None:
+                raise ValueError("a checkpoint with a sharded optimizer is loaded from its directory")
+            self.load_sharded_optimizer(directory / optimizer[SHARDED])
+            optimizer = None
+        elif not optimizer[
+            "state"
+        ]:  # no step taken yet (checkpoint 0, whose optimizer may hold other params)
             optimizer = None
         elif self.ranks is not None:
             optimizer = sharded_optimizer_state(self.optimizer, optimizer)
@@ -616,3 +626,32 @@ class Learner:
         self.scheduler.load_state_dict(state["scheduler"])
         self.bad_in_a_row = state["bad_in_a_row"]
         self.skipped_steps = state["skipped_steps"]
+
+    def _modules(self) -> torch.nn.Module:
+        """The policy and the value head as one module: what the optimizer steps, named for the
+        distributed state-dict API (the same names on one process and on any number of ranks)."""
+        modules: dict[str, torch.nn.Module] = {"policy": self.model}
+        if self.value_head is not None:
+            modules["value_head"] = self.value_head
+        return torch.nn.ModuleDict(modules)
+
+    def save_sharded_optimizer(self, path: Path) -> None:
+        """Every rank writes its shard of AdamW's state to `path` (torch.distributed.checkpoint; a collective)."""
+        from torch.distributed.checkpoint import state_dict_saver
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        state = {"optimizer": get_optimizer_state_dict(self._modules(), self.optimizer)}
+        state_dict_saver.save(state, checkpoint_id=str(path))
+
+    def load_sharded_optimizer(self, path: Path) -> None:
+        """Read AdamW's state written by `save_sharded_optimizer` on any number of ranks, resharded to this
+        learner's layout (one process reads it whole)."""
+        from torch.distributed.checkpoint import state_dict_loader
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+        modules = self._modules()
+        state = {"optimizer": get_optimizer_state_dict(modules, self.optimizer)}
+        with warnings.catch_warnings():  # one process reading: DCP says it assumes so
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            state_dict_loader.load(state, checkpoint_id=str(path))
+        set_optimizer_state_dict(modules, self.optimizer, state["optimizer"])

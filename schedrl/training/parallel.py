@@ -165,18 +165,6 @@ def tied_names(model: torch.nn.Module) -> set[str]:
     return tied
 
 
-def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict:
-    """The optimizer's state dict as one process holds it: every sharded tensor gathered whole (a
-    collective: every rank calls it) and the parameter groups merged into one."""
-    sd = optimizer.state_dict()
-    state = {i: {k: _whole(v) for k, v in per_param.items()} for i, per_param in sorted(sd["state"].items())}
-    first, *rest = sd["param_groups"]
-    return {
-        "state": state,
-        "param_groups": [{**first, "params": [i for g in sd["param_groups"] for i in g["params"]]}],
-    }
-
-
 def sharded_optimizer_state(optimizer: torch.optim.Optimizer, full: dict) -> dict:
     """`full` (one process's optimizer state dict) in `optimizer`'s layout: each tensor sharded as its
     parameter is, the parameters split into `optimizer`'s groups."""
@@ -203,8 +191,3 @@ def sharded_optimizer_state(optimizer: torch.optim.Optimizer, full: dict) -> dic
         groups.append({**{k: v for k, v in saved.items() if k != "params"}, "params": ids})
         start += len(g["params"])
     return {"state": state, "param_groups": groups}
-
-
-def _whole(value: Any) -> Any:
-    full = getattr(value, "full_tensor", None)
-    return (full() if full is not None else value).detach().cpu().clone() if torch.is_tensor(value) else value
