@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,11 +133,6 @@ def local_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     norm = torch.nn.utils.get_total_norm(grads, 2.0)
     full = getattr(norm, "full_tensor", None)
     return full() if full is not None else norm
-
-
-def last_of(items: Sequence[Any]) -> Iterator[tuple[Any, bool]]:
-    for i, x in enumerate(items):
-        yield x, i == len(items) - 1
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
