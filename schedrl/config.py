@@ -190,10 +190,11 @@ class PipelineConfig:
     # stuck: named with its stack; a stuck engine actor is replaced (Ray), anything else stops the run
     # (the last checkpoint resumes it); 0: wait forever
     worker_timeout_s: float = 600.0
-    # every full weight push carries its version and a checksum per decoder layer; the engine reads back what
-    # it loaded and compares (schedrl.distributed.weight_push); an engine whose weights cannot be read
-    # back (vLLM) is not checked
+    # every weight push carries its version, a checksum per bucket (a decoder layer each) and a probe: the
+    # learner's log-probs of two fixed token sequences; the engine reports what it loaded and reproduces
+    # the probe, or the run stops naming the version and the bucket (schedrl.engine.weight_push)
     verify_pushes: bool = True
+    probe_tol: float = 1e-3  # the largest |engine - learner| log-prob the probe accepts
 
 
 @dataclass

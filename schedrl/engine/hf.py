@@ -55,6 +55,7 @@ from schedrl.engine.base import (
 from schedrl.engine.preemption import Running
 from schedrl.engine.sampling import sample_tokens
 from schedrl.engine.weight_layout import store_input_major
+from schedrl.engine.weight_push import Probe, bucket_digest, named, next_token_logprobs
 from schedrl.training.lora import AdapterBase, AdapterWeights
 from schedrl.types import FinishReason, Request, Sample, Timings
 
@@ -176,7 +177,7 @@ class HFEngine:
         bind = getattr(self.admission, "bind", None)
         if bind is not None:  # a policy that follows the running batch chains onto the callbacks
             bind(self)
-        self.version = version
+        self.version = self._next_version = version
         self.eos_ids = _eos_ids(self.model, tokenizer)
         mc = self.model.config
         context = getattr(mc, "max_position_embeddings", None) or 2048
@@ -337,18 +338,37 @@ class HFEngine:
     ) -> None:
         """Copy new weights in place; cached keys/values of running requests are kept. `weights` may be
         LoRA adapters (`training.lora.AdapterWeights`): they are merged into a kept copy of the base."""
-        state = self.model.state_dict()
+        self.start_weight_update(version)
         if isinstance(weights, AdapterWeights):
-            self._adapter_base.merge_into(weights, state)
-            self.version = version
-            return
-        items = weights.items() if isinstance(weights, Mapping) else weights
-        with torch.no_grad():
-            for name, tensor in items:
-                if name not in state:
-                    raise ValueError(f"update_weights: unknown parameter {name!r} for this model")
-                state[name].copy_(tensor)
-        self.version = version
+            self.update_adapters(weights)
+        else:
+            self.update_bucket(named(weights))
+        self.finish_weight_update()
+
+    # ---- weight pushes in phases (`distributed.weight_push.Receiver`) -----------------------
+    def start_weight_update(self, version: int) -> None:
+        self._next_version = version
+
+    @torch.no_grad()
+    def update_bucket(self, weights: Mapping[str, torch.Tensor]) -> str:
+        """Copy `weights` in; the checksum of what the model now holds under their names (read back)."""
+        state = self.model.state_dict()
+        for name, tensor in weights.items():
+            if name not in state:
+                raise ValueError(f"update_weights: unknown parameter {name!r} for this model")
+            state[name].copy_(tensor)
+        return bucket_digest({n: state[n] for n in weights})
+
+    def update_adapters(self, adapters: AdapterWeights) -> None:
+        self._adapter_base.merge_into(adapters, self.model.state_dict())
+
+    def finish_weight_update(self) -> None:
+        self.version = self._next_version
+
+    def run_probe(self, probe: Probe) -> list[tuple[list[int], list[float]]]:
+        """The model's log-prob of each of the probe's continuation tokens (a plain forward)."""
+        lp = next_token_logprobs(self.model, torch.tensor(probe.token_ids))[:, probe.prompt_len - 1 :]
+        return [(seq[probe.prompt_len :], row) for seq, row in zip(probe.token_ids, lp.tolist(), strict=True)]
 
     # ---- one step --------------------------------------------------------------------------
     def _admit(self) -> None:

@@ -53,7 +53,10 @@ class Builtin:
         admission: AdmissionPolicy,
         version: int,
         settings: Any,
+        lora: Mapping[str, Any] | None = None,
+        lora_keep: int = 1,
     ) -> Engine:
+        """`lora`: adapters arrive as `AdapterWeights`, merged into the weights (`HFEngine.update_adapters`)."""
         return HFEngine(model, tokenizer, config, admission=admission, version=version)
 
 
@@ -77,5 +80,16 @@ class VLLM:
         admission: AdmissionPolicy,
         version: int,
         settings: Any,
+        lora: Mapping[str, Any] | None = None,
+        lora_keep: int = 1,
     ) -> Engine:
-        return VLLMEngine(model, tokenizer, config, admission, version=version, vllm_args=settings)
+        return VLLMEngine(
+            model,
+            tokenizer,
+            config,
+            admission,
+            version=version,
+            vllm_args=settings,
+            lora=lora,
+            lora_keep=lora_keep,
+        )

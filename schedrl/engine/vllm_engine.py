@@ -62,6 +62,9 @@ from schedrl.engine.base import (
 )
 from schedrl.engine.hf import EngineConfig
 from schedrl.engine.preemption import Running
+from schedrl.engine.vllm_lora import LoraVersions, lora_engine_args, target_shapes
+from schedrl.engine.weight_push import Probe, bucket_digest, named
+from schedrl.training.lora import AdapterWeights
 from schedrl.types import FinishReason, Request, Sample, Timings
 
 # vLLM engines in one process share modules (its rotary embeddings are cached by their shape), and an
@@ -82,6 +85,10 @@ OWNED = {
     "scheduler_cls": "schedrl's scheduler (vllm_scheduler.SchedRLScheduler)",
     "logprobs_mode": "always processed_logprobs (the log-probs the learner recomputes)",
     "async_scheduling": "always off (a step's tokens must come from that step's weights)",
+    "enable_lora": "learner.lora (adapters arrive as LoRA requests)",
+    "max_lora_rank": "learner.lora.r",
+    "max_loras": "schedule.max_staleness + 2 (the adapter versions live requests may use, and one spare)",
+    "max_cpu_loras": "as max_loras",
 }
 MISSING_VLLM = (
     "engine.backend: vllm needs the vllm package; install the extra: pip install 'schedrl[vllm]' "
@@ -146,6 +153,7 @@ class _Live:
     order: int = 0  # the adapter's admission counter when it (last) entered
     vid: str = ""  # vLLM's own id for it (vLLM suffixes the id it is given)
     parent: str | None = None  # the vLLM id of the pinned request it continues, once it claimed the pin
+    version: int | None = None  # with LoRA: the version whose adapter it runs under, to its end
 
 
 class VLLMEngine:
@@ -162,12 +170,17 @@ class VLLMEngine:
         version: int = 0,
         vllm_args: Mapping[str, Any] | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        lora: Mapping[str, Any] | None = None,
+        lora_keep: int = 1,
     ) -> None:
         """`model`: an HF model directory, or a model object (saved to a temporary directory for vLLM).
 
         `vllm_args` are `vllm.EngineArgs` settings (`engine.vllm` in a config) beside the ones the
         adapter sets (`OWNED`). On CPU the defaults are `enforce_eager=True` and a 1 GiB KV cache
         (`kv_cache_memory_bytes`) instead of most of the machine's memory.
+
+        `lora` (`learner.lora`'s settings): weights arrive as LoRA adapters, each version a `LoRARequest`
+        kept while a request uses it and among the newest `lora_keep` (`vllm_lora`).
         """
         vllm_args = dict(vllm_args or {})
         check_vllm_args(vllm_args)  # the version too
@@ -180,7 +193,7 @@ class VLLMEngine:
         from vllm import EngineArgs  # pyright: ignore[reportMissingImports]  # the vllm extra
         from vllm.v1.engine.llm_engine import LLMEngine  # pyright: ignore[reportMissingImports]
 
-        from schedrl.engine.vllm_scheduler import SchedRLScheduler
+        from schedrl.engine.vllm_scheduler import PROBE_PLACES, SchedRLScheduler
 
         self.config = config or EngineConfig()
         self.clock = clock
@@ -194,7 +207,9 @@ class VLLMEngine:
             model.save_pretrained(path)
             tokenizer.save_pretrained(path)
         self.path = path
-        self._names = _checkpoint_names(path)
+        shapes = _checkpoint_shapes(path)
+        self._tied = bool(_hf_config(path).get("tie_word_embeddings"))
+        self._names = set(shapes) | (_TIED if self._tied else set())
         context = _context_length(path)
         self.max_model_len = min(self.config.max_model_len or context, context)
         on_cpu = not torch.cuda.is_available()
@@ -208,7 +223,7 @@ class VLLMEngine:
             defaults |= {"enforce_eager": True, "kv_cache_memory_bytes": 1 << 30}
         args = EngineArgs(
             model=str(path),
-            max_num_seqs=self.config.max_concurrency,
+            max_num_seqs=self.config.max_concurrency + PROBE_PLACES,  # the policy fills max_concurrency
             max_num_batched_tokens=max(self.config.max_batched_tokens, self.max_model_len),
             max_model_len=self.max_model_len,
             seed=self.config.seed,
@@ -216,6 +231,7 @@ class VLLMEngine:
             scheduler_cls=SchedRLScheduler,
             logprobs_mode="processed_logprobs",
             async_scheduling=False,
+            **(lora_engine_args(lora, lora_keep) if lora is not None else {}),
             **(defaults | vllm_args),
         )
         try:
@@ -241,6 +257,17 @@ class VLLMEngine:
         self._rank = 0  # arrival counter: vLLM's priority, so its own preemption takes the latest
         self._admissions = 0
         self.max_batched_tokens = self.config.max_batched_tokens
+        self.max_running = self.config.max_concurrency
+        self._next_version = version
+        self._held: list[Sample] = []  # samples that finished while a probe ran, for the next step
+        self._lora: LoraVersions | None = None
+        if lora is not None:
+            self._tmp = self._tmp or tempfile.mkdtemp(prefix="schedrl-vllm-")
+            targets = tuple(lora["target_modules"])
+            self._lora = LoraVersions(
+                self.llm, Path(self._tmp) / "lora", lora, target_shapes(shapes, targets), lora_keep, version
+            )
+        self._probes = 0
         self.scheduler: Any = self.llm.engine_core.engine_core.scheduler
         self.scheduler.steer = self
         self.num_steps = 0
@@ -274,6 +301,8 @@ class VLLMEngine:
         )
         live.timings.arrival, live.salt, live.parent = self.clock(), salt, parent
         self._live[request.id] = live
+        if self._lora is not None:
+            live.version = max(self._lora.held)
         live.vid = self._submit(request, salt)
         self._ids[live.vid] = request.id
 
@@ -297,7 +326,8 @@ class VLLMEngine:
             skip_special_tokens=True,
         )
         prompt = {"prompt_token_ids": [*req.prompt_ids, *req.prefix_ids], "cache_salt": salt}
-        vid = self.llm.add_request(req.id, prompt, sp, priority=self._rank)
+        lora = self._lora.current if self._lora is not None else None
+        vid = self.llm.add_request(req.id, prompt, sp, priority=self._rank, lora_request=lora)
         self._rank += 1
         return vid
 
@@ -398,7 +428,7 @@ class VLLMEngine:
         log_event(self.preemptions, (self.num_steps, request_id))
 
     def has_unfinished(self) -> bool:
-        return bool(self._live)
+        return bool(self._live or self._held)
 
     @property
     def waiting_ids(self) -> list[str]:
@@ -419,56 +449,133 @@ class VLLMEngine:
     def update_weights(
         self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], version: int
     ) -> None:
-        """Load HF-named weights into vLLM's model (its `load_weights`); tokens from now on are `version`."""
-        items = list(weights.items() if isinstance(weights, Mapping) else weights)
-        given = {name for name, _ in items}
-        unexpected = [n for n, _ in items if n not in self._names]
-        if unexpected:
-            raise ValueError(
-                f"update_weights: unexpected parameter {unexpected[0]!r} for the model at {self.path} "
-                f"({len(unexpected)} unexpected in all)"
-            )
+        """Load HF-named weights into vLLM's model (its `load_weights`); tokens from now on are `version`.
+        A mapping must name every weight of the model; pairs may name some."""
+        items = named(weights)
+        self._check_names(items)
         if isinstance(weights, Mapping):
-            missing = sorted(self._names - given - _TIED)
+            missing = sorted(self._names - set(items) - (_TIED if self._tied else set()))
             if missing:
                 raise ValueError(
                     f"update_weights: parameter {missing[0]!r} of the model at {self.path} is missing "
                     f"({len(missing)} missing in all)"
                 )
-        tensors = [(n, t.detach()) for n, t in items]
+        self.start_weight_update(version)
+        self.update_bucket(items)
+        self.finish_weight_update()
+
+    def _check_names(self, weights: Mapping[str, torch.Tensor]) -> None:
+        unexpected = [n for n in weights if n not in self._names]
+        if unexpected:
+            raise ValueError(
+                f"update_weights: unexpected parameter {unexpected[0]!r} for the model at {self.path} "
+                f"({len(unexpected)} unexpected in all)"
+            )
+
+    # ---- weight pushes in phases (`weight_push.Receiver`) -----------------------------------
+    def start_weight_update(self, version: int) -> None:
+        self._next_version = version
+
+    def update_bucket(self, weights: Mapping[str, torch.Tensor]) -> str:
+        """Reload these weights in place (vLLM's `reload_weights`); the checksum of what vLLM's loader
+        took from them (on a CPU vLLM repacks its linear weights, which cannot be read back: the probe
+        after the push checks what it generates from)."""
+        self._check_names(weights)
+        sent = dict(weights)
+        if self._tied and EMBED in sent and "lm_head.weight" not in sent:
+            sent["lm_head.weight"] = sent[EMBED]  # vLLM keeps a tied head as a weight of its own on a CPU
+        taken: dict[str, torch.Tensor] = {}
+
+        def pull() -> Iterable[tuple[str, torch.Tensor]]:
+            for name in sorted(sent):
+                if name in weights:
+                    taken[name] = sent[name]
+                yield name, sent[name].detach()
+
         with _VLLM_CALLS:
             self.llm.collective_rpc(
-                "reload_weights", kwargs={"weights_iterator": iter(tensors), "is_checkpoint_format": True}
+                "reload_weights", kwargs={"weights_iterator": pull(), "is_checkpoint_format": True}
             )
-        self.version = version
-        self.llm.reset_prefix_cache()  # frees old versions' blocks when nothing runs; salts guard the rest
+        return bucket_digest(taken)
+
+    def update_adapters(self, adapters: AdapterWeights) -> None:
+        """Load LoRA adapters as the new version's `LoRARequest` (`vllm_lora`): requests admitted from
+        now on run under it; running ones finish under theirs."""
+        if self._lora is None:
+            raise ValueError("update_adapters: this vLLM engine was started without LoRA (learner.lora)")
+        self._lora.load(adapters, self._next_version)
+
+    def finish_weight_update(self) -> None:
+        self.version = self._next_version
+        if self._lora is not None:
+            self._lora.release({v.version for v in self._live.values() if v.version is not None})
+        else:
+            self.llm.reset_prefix_cache()  # frees old versions' blocks when nothing runs; salts guard the rest
+
+    def run_probe(self, probe: Probe) -> list[tuple[list[int], list[float]]]:
+        """Greedy continuations of the probe's prompts and vLLM's log-probs of them, from probe requests
+        that run beside what the engine holds (`vllm_scheduler.PROBE`), under the newest adapter with
+        LoRA; samples that finish meanwhile come back from the next `step`. (Greedy decoding rather
+        than `prompt_logprobs`, which vLLM 0.32 cannot compute beside LoRA on a CPU.)"""
+        from vllm import SamplingParams as VSampling  # pyright: ignore[reportMissingImports]
+
+        from schedrl.engine.vllm_scheduler import PROBE
+
+        new = len(probe.token_ids[0]) - probe.prompt_len
+        sp = VSampling(max_tokens=new, temperature=0.0, logprobs=0, ignore_eos=True, detokenize=False)
+        lora = self._lora.current if self._lora is not None else None
+        order = []
+        for prompt in probe.prompts:
+            rid = f"{PROBE}{self._probes}"
+            self._probes += 1
+            request = {"prompt_token_ids": list(prompt), "cache_salt": rid}  # nothing cached serves it
+            self.llm.add_request(rid, request, sp, priority=-1, lora_request=lora)
+            order.append(rid)
+        got: dict[str, tuple[list[int], list[float]]] = {}
+        while len(got) < len(order):
+            for out in self._step():
+                if out.request_id in order and out.finished:
+                    c = out.outputs[0]
+                    got[out.request_id] = (
+                        list(c.token_ids),
+                        [lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs or [], strict=True)],
+                    )
+        return [got[r] for r in order]
 
     # ---- one step --------------------------------------------------------------------------
     def step(self) -> list[Sample]:
+        held, self._held = self._held, []
+        if not self._live:
+            return held
+        self._step()
+        held, self._held = [*held, *self._held], []
+        return held
+
+    def _step(self) -> list[Any]:
+        """One vLLM step; schedrl's requests' tokens are recorded and their finished samples held for
+        `step`; returns vLLM's outputs."""
         if threading.get_ident() not in self._omp_set:
             torch._C.set_num_threads(self._omp_threads)  # vLLM made torch.set_num_threads a no-op
             self._omp_set.add(threading.get_ident())
-        if not self._live:
-            return []
         with _VLLM_CALLS:
             outputs = self.llm.step()
         self.num_steps += 1
         now = self.clock()
-        finished = []
         for out in outputs:
             live = self._live.get(out.request_id)
-            if live is None:  # aborted by us since
+            if live is None:  # aborted by us since, or a probe
                 continue
             completion = out.outputs[0]
             lps = completion.logprobs or []
+            version = live.version if live.version is not None else self.version
             for j, tok in enumerate(completion.token_ids):
                 lp = lps[j][tok].logprob if j < len(lps) and tok in lps[j] else float("nan")
                 live.tokens.append(tok)
                 live.logprobs.append(lp)
-                live.versions.append(self.version)
+                live.versions.append(version)
                 self.num_generated += 1
                 if self.on_token is not None:
-                    self.on_token(out.request_id, tok, lp, self.version)
+                    self.on_token(out.request_id, tok, lp, version)
             if live.timings.first_token is None and completion.token_ids:
                 live.timings.first_token = now
             if out.finished:
@@ -480,8 +587,8 @@ class VLLMEngine:
                     self._pinned = {k: v for k, v in self._pinned.items() if v[2] in self.scheduler.pins}
                     self._pinned[out.request_id] = (held, live.salt, live.vid)
                 reason: FinishReason = "length" if completion.finish_reason == "length" else "stop"
-                finished.append(self._sample(live, reason))
-        return finished
+                self._held.append(self._sample(live, reason))
+        return outputs
 
     def _sample(self, live: _Live, reason: FinishReason) -> Sample:
         req = live.request
@@ -526,23 +633,22 @@ class VLLMEngine:
 
 
 _TIED = frozenset({"lm_head.weight"})  # absent from a checkpoint whose embeddings are tied
+EMBED = "model.embed_tokens.weight"
 
 
-def _checkpoint_names(path: Path) -> set[str]:
-    """Parameter names in the model directory's safetensors files (HF names: what update_weights takes)."""
+def _checkpoint_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Parameter name -> shape in the model directory's safetensors files (HF names: what update_weights
+    takes)."""
     from safetensors import safe_open
 
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors weights in {path} (vLLM loads a model directory)")
-    names: set[str] = set()
+    shapes: dict[str, tuple[int, ...]] = {}
     for f in files:
         with safe_open(str(f), "pt") as st:
-            names.update(st.keys())
-    cfg = _hf_config(path)
-    if cfg.get("tie_word_embeddings"):
-        names |= _TIED
-    return names
+            shapes.update({k: tuple(st.get_slice(k).get_shape()) for k in st.keys()})  # noqa: SIM118
+    return shapes
 
 
 def _hf_config(path: Path) -> dict:

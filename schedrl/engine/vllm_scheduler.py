@@ -20,6 +20,10 @@
   the blocks free cover the offered requests' prompts and the running requests' next tokens. The
   parking room is thus the KV cache itself, counted in blocks of keys and values, not in slots.
 
+- **Probes.** Requests whose id starts with `PROBE` (`VLLMEngine.probe_logprobs`, the check that
+  follows a weight push) are schedrl's own: they go first, in places of their own beside the policy's
+  `max_running`, and nothing of them reaches the admission policy.
+
 The hooks are vLLM internals (`self.waiting`, `_preempt_request`, `_free_request_blocks`, the block
 pool), which vLLM warns are not a public interface: `vllm_engine.SUPPORTED_VLLM` names the versions
 they were read from, and the adapter refuses others.
@@ -44,12 +48,20 @@ from schedrl.engine.base import StepStats
 from schedrl.engine.preemption import Running
 from schedrl.types import Request
 
+PROBE = "schedrl-probe:"  # the id prefix of a weight push's probe requests
+PROBE_PLACES = 2  # running places kept for probes beside the policy's (`weight_push.PROBE_SEQS`)
+
+
+def is_probe(request_id: str) -> bool:
+    return request_id.startswith(PROBE)
+
 
 class Steering(Protocol):
     """What the scheduler asks the adapter: the policy, schedrl's view of each request, and where to
     report what vLLM did."""
 
     admission: AdmissionPolicy
+    max_running: int  # the running places the policy fills (engine.max_concurrency; probes have their own)
     max_batched_tokens: int  # the prefill budget the admission policy is given (engine.max_batched_tokens)
 
     def now(self) -> float: ...
@@ -168,7 +180,7 @@ class SchedRLScheduler(Scheduler):
         offered = self.waiting.offered  # only an offered request can be admitted, in this order
         out = super().schedule(*args, **kwargs)
         for r in offered:
-            if r.status == RequestStatus.RUNNING:  # admitted this step
+            if r.status == RequestStatus.RUNNING and not is_probe(r.request_id):  # admitted this step
                 scheduled = out.num_scheduled_tokens.get(r.request_id, 0)
                 parent = steer.pinned_parent(r.request_id)
                 steer.admitted(r.request_id, r.num_computed_tokens - scheduled)
@@ -181,10 +193,11 @@ class SchedRLScheduler(Scheduler):
         victims = getattr(steer.admission, "victims", None)
         if victims is None or not len(self.waiting) or not self.running:
             return
-        waiting = [steer.request(r.request_id) for r in self.waiting]
-        running = [steer.running(r.request_id) for r in self.running]
-        free = max(self.max_num_running_reqs - len(self.running), 0)
-        by_id = {view.request.id: r for view, r in zip(running, self.running, strict=True)}
+        waiting = [steer.request(r.request_id) for r in self.waiting if not is_probe(r.request_id)]
+        ours = [r for r in self.running if not is_probe(r.request_id)]
+        running = [steer.running(r.request_id) for r in ours]
+        free = max(steer.max_running - len(ours), 0)
+        by_id = {view.request.id: r for view, r in zip(running, ours, strict=True)}
         for rid in victims(running, waiting, free):
             self.preempt(by_id[rid])
 
@@ -194,17 +207,18 @@ class SchedRLScheduler(Scheduler):
         self._preempt_request(request, time.monotonic())
 
     def _offer(self, steer: Steering) -> None:
-        free = self.max_num_running_reqs - len(self.running)
-        if free <= 0 or not len(self.waiting):
-            self.waiting.offer([])
-            return
         waiting = list(self.waiting)
+        probes = [i for i, r in enumerate(waiting) if is_probe(r.request_id)]  # first, in their own places
+        free = steer.max_running - sum(not is_probe(r.request_id) for r in self.running)
+        if free <= 0 or len(probes) == len(waiting):
+            self.waiting.offer(probes)
+            return
         parents = [steer.pinned_parent(r.request_id) for r in waiting]
         # a continuation whose history is pinned goes first: the blocks are already its own, and it
         # prefills only what they do not hold
         first = [i for i, parent in enumerate(parents) if parent is not None][:free]
         new_tokens = sum(waiting[i].num_tokens - self._pinned_tokens(parents[i]) for i in first)
-        rest = [i for i in range(len(waiting)) if i not in set(first)]
+        rest = [i for i in range(len(waiting)) if i not in set(first) and i not in set(probes)]
         chosen: list[int] = []
         if rest and free > len(first):
             picked = steer.admission.select(
@@ -214,9 +228,9 @@ class SchedRLScheduler(Scheduler):
                 num_running=len(self.running),
             )
             chosen = [rest[j] for j in picked]
-        if not first and not chosen and not self.running:  # nothing runs: the head goes alone
-            chosen = [0]
-        self.waiting.offer([*first, *chosen][:free])
+        if not first and not chosen and not self.running and rest:  # nothing runs: the head goes alone
+            chosen = [rest[0]]
+        self.waiting.offer([*probes, *[*first, *chosen][:free]])
 
     def _pinned_tokens(self, parent: str | None) -> int:
         pin = self.pins.get(parent) if parent is not None else None

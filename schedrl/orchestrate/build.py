@@ -68,7 +68,11 @@ def make_engine(cfg: RunConfig, model: PreTrainedModel, tokenizer: Any, version:
         name = "priority"
     admission = ADMISSION.build(name, cfg.schedule.admission_args)
     backend = ENGINES.get(cfg.engine.backend)
-    return backend.build(model, tokenizer, engine_config(cfg), admission, version, cfg.engine.vllm)
+    lora = lora_spec(cfg.learner.lora) if cfg.learner.lora is not None else None
+    keep = cfg.schedule.k_bound + 1  # adapter versions a vLLM engine keeps (and one spare)
+    return backend.build(
+        model, tokenizer, engine_config(cfg), admission, version, cfg.engine.vllm, lora, keep
+    )
 
 
 @dataclass

@@ -134,11 +134,6 @@ def check_lora(cfg: RunConfig) -> None:
             f"config field 'learner.lora' with learner.parallel {cfg.learner.parallel!r}: adapters on "
             "several ranks are not built yet; use one learner process (parallel 'none')"
         )
-    if cfg.engine.backend == "vllm":
-        raise ConfigError(
-            f"config field 'learner.lora' with engine.backend {cfg.engine.backend!r}: adapter pushes reach "
-            "the built-in engine only; vLLM's LoRARequest path is not built yet"
-        )
 
 
 def available_ranks() -> int:

@@ -19,6 +19,7 @@ from schedrl.data import scored_groups
 from schedrl.distributed import WorkerDiedError, WorkerStuckError, make_backend, stuck_message, wait_built
 from schedrl.distributed.backend import remote, worker_name
 from schedrl.distributed.workers import EngineWorker, LearnerWorker, cpu_weights
+from schedrl.engine.weight_push import WeightPush, receive
 from schedrl.orchestrate.after_update import StepCallback, after_update, pauses_after
 from schedrl.orchestrate.buffer import Group
 from schedrl.orchestrate.build import Components, sampling_params
@@ -29,7 +30,8 @@ from schedrl.orchestrate.update_batch import UpdateBatch
 from schedrl.rollout import group_requests
 from schedrl.timeline import TIMELINE_FILE, append_spans
 from schedrl.training.checkpoint import latest_checkpoint
-from schedrl.training.lora import ADAPTER_DIR, AdapterBase, AdapterWeights
+from schedrl.training.lora import ADAPTER_DIR, AdapterBase
+from schedrl.training.parallel import tied_names
 from schedrl.types import Sample, group_of
 
 log = logging.getLogger(__name__)
@@ -87,7 +89,9 @@ class Pipeline:
         for workers in (self.fleet.named(range(len(self.fleet.engines))), [("learner", self.learner)]):
             wait_built(backend, workers, self.settings.worker_timeout_s or None)
         if ckpt is not None and (ckpt / ADAPTER_DIR).is_dir():  # LoRA resumed: everything holds the base
-            self.weights = remote(backend, self.learner, LearnerWorker.weights)()  # and gets the adapters
+            self.weights = remote(backend, self.learner, LearnerWorker.weights)(
+                self.loop.version
+            )  # the adapters
             self.fleet.push(self.weights, self.loop.version)
 
     @property
@@ -235,12 +239,18 @@ class Pipeline:
         """Load the latest weights into this process's model and engine (evaluation)."""
         w = self.backend.get(self.weights) if not isinstance(self.weights, dict) else self.weights
         model = self.components.model
-        if isinstance(w, AdapterWeights):  # LoRA: this model holds the base; merged into its adapted weights
-            self.adapter_base.merge_into(w, model.state_dict())
-        else:
+        engine: Any = self.components.engine
+        if not isinstance(w, WeightPush):
             model.load_state_dict(w)
-        engine: Any = self.components.engine  # the built-in engine takes adapters too
-        engine.update_weights(w, self.loop.version)
+            engine.update_weights(w, self.loop.version)
+            return
+        if w.adapters is not None:  # LoRA: this model holds the base; merged into its adapted weights
+            self.adapter_base.merge_into(w.adapters, model.state_dict())
+        else:
+            result = model.load_state_dict(w.weights, strict=False)  # a tied weight comes once
+            if result.unexpected_keys or set(result.missing_keys) - tied_names(model):
+                raise ValueError(f"a weight push does not fit this model: {result}")
+        receive(engine, w, self.loop.version, "evaluation engine", self.cfg.pipeline.verify_pushes)
 
     def checkpoint(self, done: int) -> None:
         """Cut the engines so the buffer holds every unconsumed sample, save, then resume generation."""

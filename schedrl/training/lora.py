@@ -165,3 +165,42 @@ def load_adapter(model: torch.nn.Module, directory: Any) -> None:
     missing = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
     if missing:
         raise ValueError(f"adapters in {str(directory)!r} do not fit this model: {', '.join(missing[:5])}")
+
+
+def save_adapter(adapters: AdapterWeights, directory: Any, target_modules: tuple[str, ...]) -> None:
+    """Write `adapters` as a peft adapter directory (`adapter_config.json`, `adapter_model.safetensors`):
+    what `PeftModel.from_pretrained` and vLLM's `LoRARequest` load."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    (a0, _, scale) = next(iter(adapters.layers.values()))
+    r = a0.shape[0]
+    tensors = {}
+    for name, (a, b, _) in adapters.layers.items():
+        module = "base_model.model." + name.removesuffix(".weight")
+        tensors[f"{module}.lora_A.weight"] = a.contiguous()
+        tensors[f"{module}.lora_B.weight"] = b.contiguous()
+    save_file(tensors, str(out / "adapter_model.safetensors"))
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": r,
+        "lora_alpha": scale * r,
+        "lora_dropout": 0.0,
+        "target_modules": sorted(target_modules),
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "inference_mode": True,
+    }
+    (out / "adapter_config.json").write_text(json.dumps(config, indent=2))
+
+
+def zero_adapters(shapes: Mapping[str, tuple[int, int]], r: int, scale: float) -> AdapterWeights:
+    """Adapters that change nothing (A and B zero) on weights `shapes` (name -> (out, in))."""
+    return AdapterWeights(
+        {name: (torch.zeros(r, d_in), torch.zeros(d_out, r), scale) for name, (d_out, d_in) in shapes.items()}
+    )
