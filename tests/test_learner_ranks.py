@@ -27,7 +27,14 @@ CASES = {
         OptimConfig(micro_batch_size=4, ppo_epochs=2, minibatches=2),
     ),
     "decoupled": (AlgoConfig(correction="decoupled"), OptimConfig(micro_batch_size=5)),
+    "lora": (AlgoConfig(), OptimConfig(micro_batch_size=5, lr=1e-3)),  # adapters only (peft)
 }
+LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ("q_proj", "v_proj", "down_proj")}
+
+
+def _learner(model, case: str, ranks=None) -> Learner:
+    algo, optim = CASES[case]
+    return Learner(model, optim, algo, total_steps=10, ranks=ranks, lora=LORA if case == "lora" else None)
 
 
 def _batch(seed: int = 0):
@@ -57,8 +64,7 @@ def _rank(rank: int, world: int, kind: str, port: int, case: str, weights: dict,
     try:
         model = build_tiny_model(build_char_tokenizer())
         model.load_state_dict(weights)
-        algo, optim = CASES[case]
-        learner = Learner(model, optim, algo, total_steps=10, ranks=Ranks(rank, world, kind))
+        learner = _learner(model, case, Ranks(rank, world, kind))
         stats = _train(learner)
         state = full_state_dict(learner.model)
         head = (
@@ -115,14 +121,15 @@ def on_ranks(kind: str, case: str, weights: dict, world: int = 2):
         ("fsdp2", "ppo_value_head"),
         ("fsdp2", "decoupled"),
         ("ddp", "ppo_value_head"),
+        ("ddp", "lora"),
+        ("fsdp2", "lora"),
     ],
 )
 def test_two_ranks_train_as_one_process(default_model, kind, case):
     torch.manual_seed(0)
-    algo, optim = CASES[case]
     weights = {k: v.clone() for k, v in default_model.state_dict().items()}
     torch.manual_seed(0)  # the value head's initial weights: rank 0's are broadcast, these are one process's
-    one = Learner(copy.deepcopy(default_model), optim, algo, total_steps=10)
+    one = _learner(copy.deepcopy(default_model), case)
     one_stats = _train(one)
     stats, state, head = on_ranks(kind, case, weights)
     assert stats[0].keys() == one_stats[0].keys()
@@ -132,7 +139,9 @@ def test_two_ranks_train_as_one_process(default_model, kind, case):
     moved = 0.0
     for name, p in one.model.state_dict().items():
         torch.testing.assert_close(state[name], p, atol=1e-5, rtol=0)  # float re-association, through AdamW
-        moved = max(moved, float((p - weights[name]).abs().max()))
+        start = weights.get(name, torch.zeros_like(p) if "lora_B" in name else None)  # B starts at zero
+        if start is not None:
+            moved = max(moved, float((p - start).abs().max()))
     assert moved > 1e-4  # the updates changed the weights: the comparison is not of two copies of the start
     if one.value_head is not None:
         for name, p in one.value_head.state_dict().items():

@@ -108,3 +108,32 @@ def test_a_rank_killed_mid_update_fails_the_run_and_resume_continues_exactly(tmp
     one = _run(tmp_path, "one")
     _close(_losses(run), _losses(one))  # steps 1-4 once each, as the uninterrupted run
     _same_weights(run, one)
+
+
+def test_lora_on_two_fsdp2_ranks_trains_as_one_process_and_resumes_on_one(tmp_path):
+    """LoRA adapters on two FSDP2 ranks: the same losses, adapters and merged policy as one process; a
+    checkpoint saved by the ranks (adapters gathered, AdamW's state sharded) resumes on one process."""
+    pytest.importorskip("peft")
+    lora = {"r": 4, "alpha": 8}
+    one = tmp_path / "one"
+    schedrl.train({**BASE, "out_dir": str(tmp_path), "name": "one", "learner": {"lora": lora}})
+    sharded = tmp_path / "fsdp2"
+    learner = {"lora": lora, "parallel": "fsdp2", "ranks": 2}
+    schedrl.train({**BASE, "out_dir": str(tmp_path), "name": "fsdp2", "learner": learner})
+    _close(_losses(sharded), _losses(one))
+    _same_weights(sharded, one)
+
+    def adapters(run):
+        return load_file(run / "checkpoints" / "step_000004" / "adapter" / "adapter_model.safetensors")
+
+    a, b = adapters(sharded), adapters(one)
+    assert a.keys() == b.keys() and all("lora_" in k for k in a)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=0)
+    cut = tmp_path / "from_fsdp2"
+    shutil.copytree(sharded, cut)
+    shutil.rmtree(cut / "checkpoints" / "step_000004")
+    (cut / "checkpoints" / "latest").write_text("step_000002")
+    schedrl.train(resume=cut, sets=["learner.parallel=none", "learner.ranks=1"])
+    _close(_losses(cut)[-2:], _losses(one)[-2:])
+    _same_weights(cut, one)

@@ -148,7 +148,6 @@ def test_a_lora_run_checkpoints_the_adapters_and_resumes_exactly(tmp_path):
             {"pipeline": {"mode": "sync"}},
             r"'learner.lora' trains adapters in the learner worker.*pipeline.mode 'async'",
         ),
-        ({}, {"learner": {"parallel": "fsdp2", "ranks": 2}}, r"'learner.lora' with learner.parallel 'fsdp2'"),
     ],
 )
 def test_bad_lora_settings_name_the_field(tmp_path, lora, extra, message):

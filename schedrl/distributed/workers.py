@@ -34,12 +34,7 @@ from schedrl.training.checkpoint import (
     temporary_dir,
 )
 from schedrl.training.learner import OPTIMIZER_DIR
-from schedrl.training.lora import (
-    ADAPTER_DIR,
-    adapter_weights,
-    load_adapter,
-    merged_state_dict,
-)
+from schedrl.training.lora import ADAPTER_DIR, adapter_weights, lora_spec, merged_state_dict, save_adapter
 from schedrl.training.parallel import full_state_dict, tied_names
 from schedrl.types import Request, Sample
 
@@ -221,9 +216,8 @@ class LearnerWorker(Inspectable):
         ref = None
         if self.cfg.algo.kl_coef > 0:
             ref = load_policy(self.cfg, self.root / REF_MODEL_DIR, device)[0].eval().requires_grad_(False)
-        self.learner = make_learner(self.cfg, self.model, ref, ranks, worker=True)
-        if adapter is not None and adapter.is_dir():
-            load_adapter(self.learner.model, adapter)
+        resumed = adapter if adapter is not None and adapter.is_dir() else None
+        self.learner = make_learner(self.cfg, self.model, ref, ranks, worker=True, adapter=resumed)
         if checkpoint:
             _, trainer_state, rng = load_checkpoint(Path(checkpoint))
             self.learner.load_state_dict(trainer_state, Path(checkpoint))
@@ -296,12 +290,12 @@ class LearnerWorker(Inspectable):
         if current is not None and current.name == final.name:  # a resume saving its own start again
             return str(final)
         weights: dict[str, torch.Tensor] | None = None
-        extra: Callable[[Path], None] | None = None
+        extras: list[Callable[[Path], None]] = []
         if self.cfg.learner.lora is not None:  # the merged policy (for evaluation), and the adapters
+            adapters = adapter_weights(self.learner.model)  # on a process group: gathered, every rank
             weights = merged_state_dict(self.learner.model)
-            peft_model: Any = self.learner.model
-            extra = lambda tmp: peft_model.save_pretrained(tmp / ADAPTER_DIR)  # noqa: E731
-
+            targets = lora_spec(self.cfg.learner.lora)["target_modules"]
+            extras.append(lambda tmp: save_adapter(adapters, tmp / ADAPTER_DIR, targets))
         elif self.ranks is not None:
             weights = full_state_dict(self.learner.model)
         if weights is not None:  # a tied weight gathered is a copy of its own: saved once, as on one process
@@ -311,9 +305,14 @@ class LearnerWorker(Inspectable):
         path = final
         if self.ranks is not None:
             sharded = self.learner.save_sharded_optimizer  # a collective: every rank, the same directory
-            extra = lambda tmp: sharded(tmp / OPTIMIZER_DIR)  # noqa: E731
             if self.ranks.rank != 0:  # rank 0 calls it inside the checkpoint protocol, on the same path
-                extra(temporary_dir(ckpt_dir, step))
+                sharded(temporary_dir(ckpt_dir, step) / OPTIMIZER_DIR)
+            extras.append(lambda tmp: sharded(tmp / OPTIMIZER_DIR))
+
+        def extra(tmp: Path) -> None:
+            for write in extras:
+                write(tmp)
+
         if self.ranks is None or self.ranks.rank == 0:
             path = save_checkpoint(
                 ckpt_dir,
@@ -324,7 +323,7 @@ class LearnerWorker(Inspectable):
                 state,
                 keep_last=self.cfg.keep_last,
                 weights=weights,
-                extra=extra,
+                extra=extra if extras else None,
             )
         if self.ranks is not None:
             torch.distributed.barrier()  # no rank goes on before the checkpoint is complete

@@ -123,9 +123,11 @@ def make_learner(
     ref_model: PreTrainedModel | None = None,
     ranks: Ranks | None = None,
     worker: bool = False,
+    adapter: Path | None = None,
 ) -> Learner:
     """The learner of a run, for both loops: the synchronous one and the asynchronous pipeline's worker
-    (`worker`: one of `ranks`, on a learner process group; with `learner.lora`, training adapters)."""
+    (`worker`: one of `ranks`, on a learner process group; with `learner.lora`, training adapters, from
+    those saved in `adapter` on a resume)."""
     lora = lora_spec(cfg.learner.lora) if worker and cfg.learner.lora is not None else None
     return Learner(
         model,
@@ -138,6 +140,7 @@ def make_learner(
         max_new_tokens=cfg.sampling.max_new_tokens,
         ranks=ranks,
         lora=lora,
+        adapter=adapter,
     )
 
 

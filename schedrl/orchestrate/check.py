@@ -129,11 +129,6 @@ def check_lora(cfg: RunConfig) -> None:
             "pipeline starts: set pipeline.mode 'async' (with schedule.max_staleness 0, the default, it "
             "trains exactly as the synchronous loop)"
         )
-    if cfg.learner.parallel != "none":
-        raise ConfigError(
-            f"config field 'learner.lora' with learner.parallel {cfg.learner.parallel!r}: adapters on "
-            "several ranks are not built yet; use one learner process (parallel 'none')"
-        )
 
 
 def available_ranks() -> int:

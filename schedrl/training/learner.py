@@ -23,7 +23,7 @@ from schedrl.algos import entropy_from_logits, masked_mean, offpolicy_stats, tok
 from schedrl.algos.loss_call import loss_call
 from schedrl.config import AlgoConfig, OptimConfig
 from schedrl.training.batch import TokenBatch, prompt_groups, prompt_lengths
-from schedrl.training.lora import apply_lora
+from schedrl.training.lora import apply_lora, load_adapter
 from schedrl.training.optimizer import adamw
 from schedrl.training.packing import Packing, pack_fewest
 from schedrl.training.parallel import (
@@ -95,13 +95,17 @@ class Learner:
         max_new_tokens: int | None = None,
         ranks: Ranks | None = None,
         lora: dict[str, Any] | None = None,
+        adapter: Any = None,
     ) -> None:
         """`max_new_tokens`: the generation budget, Dr. GRPO's per-row constant (None: the step's longest).
         `ranks`: this process's place in a learner process group (`training.parallel`); the model is
         wrapped or sharded here, and every update trains on this rank's share of the batch. `lora`
-        (`training.lora.lora_spec`): the model is wrapped with peft's adapters, and only they train."""
+        (`training.lora.lora_spec`): the model is wrapped with peft's adapters, and only they train;
+        `adapter`, a directory of saved adapters to start from (loaded before the model is sharded)."""
         if lora is not None:
-            model = cast(PreTrainedModel, apply_lora(model, lora))
+            model = cast(PreTrainedModel, apply_lora(model, lora, seed))
+            if adapter is not None:
+                load_adapter(model, adapter)
         self.model, self.ref_model = model.train(), ref_model
         self.module, self.ranks = model, ranks  # the model unwrapped
         self.cfg, self.algo = optim, algo

@@ -57,9 +57,11 @@ def check_targets(model: torch.nn.Module, targets: tuple[str, ...]) -> None:
         )
 
 
-def apply_lora(model: torch.nn.Module, spec: Mapping[str, Any]) -> torch.nn.Module:
+def apply_lora(model: torch.nn.Module, spec: Mapping[str, Any], seed: int = 0) -> torch.nn.Module:
     """`model` with LoRA adapters on `spec["target_modules"]` (peft; B starts at zero, so the policy is
-    unchanged until the first step); only the adapters require gradients."""
+    unchanged until the first step); only the adapters require gradients. A's random start is drawn
+    from `seed`, whatever the process's random state: every rank of a learner process group, and a
+    run on any number of ranks, starts from the same adapters."""
     from peft import LoraConfig, get_peft_model
 
     check_targets(model, spec["target_modules"])
@@ -71,7 +73,9 @@ def apply_lora(model: torch.nn.Module, spec: Mapping[str, Any]) -> torch.nn.Modu
         bias="none",
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return get_peft_model(model, config)
 
 
 @dataclass
@@ -89,17 +93,25 @@ class AdapterWeights:
         return sum(a.numel() + b.numel() for a, b, _ in self.layers.values())
 
 
+def whole(t: torch.Tensor) -> torch.Tensor:
+    """`t` on the CPU, whole: a sharded tensor (FSDP2's DTensor) is gathered from every rank, so every
+    rank calls this for the same tensors in the same order."""
+    full = getattr(t, "full_tensor", None)
+    return (full() if full is not None else t).detach().to("cpu", copy=True)
+
+
 def adapter_weights(model: torch.nn.Module) -> AdapterWeights:
-    """The adapters of a peft-wrapped `model`, under the names of the base weights they adapt (as the
-    plain model's state dict names them), on the CPU."""
+    """The adapters of a peft-wrapped `model` (or of DDP's or FSDP2's hold of one: a collective then), under
+    the names of the base weights they adapt (as the plain model's state dict names them), on the CPU."""
     from peft.tuners.lora import LoraLayer
 
+    inner = getattr(model, "module", model)  # DDP's wrapper holds the model
     layers = {}
-    for name, module in model.named_modules():
+    for name, module in inner.named_modules():
         if isinstance(module, LoraLayer) and "default" in module.lora_A:
             lora_a: Any = module.lora_A["default"]
             lora_b: Any = module.lora_B["default"]
-            a, b = (x.weight.detach().cpu().clone() for x in (lora_a, lora_b))
+            a, b = whole(lora_a.weight), whole(lora_b.weight)
             layers[plain_name(name) + ".weight"] = (a, b, float(module.scaling["default"]))
     return AdapterWeights(layers)
 
@@ -111,14 +123,16 @@ def plain_name(name: str) -> str:
 
 
 def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The plain model's state dict of a peft-wrapped `model`, each adapter merged into its weight."""
+    """The plain model's state dict of a peft-wrapped `model` (on a process group: gathered, on every rank),
+    each adapter merged into its weight."""
     adapters = adapter_weights(model)
+    inner = getattr(model, "module", model)
     out = {}
-    for key, value in model.state_dict().items():
+    for key, value in inner.state_dict().items():
         if "lora_" in key:
             continue
         name = plain_name(key).replace(".base_layer.", ".")
-        out[name] = value.detach().cpu().clone()
+        out[name] = whole(value)
     out.update(adapters.merged(out))
     return out
 

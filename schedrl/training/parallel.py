@@ -20,7 +20,6 @@ import datetime
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -91,13 +90,12 @@ def wrap(model: torch.nn.Module, ranks: Ranks, device: torch.device) -> torch.nn
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The repeated blocks FSDP2 shards one by one: an HF causal LM's `model.layers` (or `transformer.h`)."""
+    """The repeated blocks FSDP2 shards one by one: an HF causal LM's `model.layers` (or `transformer.h`,
+    `gpt_neox.layers`), found under any wrapper (peft's adapters)."""
     for path in ("model.layers", "transformer.h", "gpt_neox.layers"):
-        obj: Any = model
-        for name in path.split("."):
-            obj = getattr(obj, name, None)
-        if isinstance(obj, torch.nn.ModuleList):
-            return list(obj)
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.ModuleList) and (name == path or name.endswith("." + path)):
+                return list(module)
     return []
 
 
