@@ -185,13 +185,19 @@ class PipelineConfig:
     ray_address: str | None = None  # join this Ray cluster; None starts a local one
     num_engines: int = 1  # engine workers; groups go to the one holding the fewest requests
     engine_cpus: int = 1  # cores (and torch threads) of each engine actor
-    learner_cpus: int = 1  # cores (and torch threads) of the learner actor
+    learner_cpus: int = (
+        1  # cores (and torch threads) of the learner actor (of each rank's, with learner.ranks)
+    )
+    # Ray: run the engine actors, and the learner (every rank), on nodes started with
+    # `ray start --labels schedrl-node=NAME`; None: anywhere
+    engine_node: str | None = None
+    learner_node: str | None = None  # the same for the learner (every rank of it)
     # a worker that answers no call (async) or a phase of a step that does not end (sync) for this long is
     # stuck: named with its stack; a stuck engine actor is replaced (Ray), anything else stops the run
     # (the last checkpoint resumes it); 0: wait forever
     worker_timeout_s: float = 600.0
     # every weight push carries its version, a checksum per bucket (a decoder layer each) and a probe: the
-    # learner's log-probs of two fixed token sequences; the engine reports what it loaded and reproduces
+    # learner's greedy continuations of two fixed prompts; the engine reports what it loaded and reproduces
     # the probe, or the run stops naming the version and the bucket (schedrl.engine.weight_push)
     verify_pushes: bool = True
     probe_tol: float = 1e-3  # the largest |engine - learner| log-prob the probe accepts

@@ -31,7 +31,7 @@ from typing import Any, Concatenate, ParamSpec
 
 from schedrl.config import RunConfig
 from schedrl.contracts.workers import Backend
-from schedrl.distributed.errors import WorkerDiedError, WorkerStuckError
+from schedrl.distributed.errors import InputLostError, WorkerDiedError, WorkerStuckError
 from schedrl.distributed.workers import EngineWorker, LearnerWorker
 from schedrl.registry import Registry
 
@@ -313,7 +313,14 @@ class RayBackend:
         learner_cpus: int = 1,
         **placement: Any,
     ) -> RayBackend:
-        return cls(address, num_engines=num_engines, engine_cpus=engine_cpus, learner_cpus=learner_cpus)
+        ranks = int(placement.get("learner_ranks", 1))
+        return cls(
+            address,
+            num_engines=num_engines,
+            engine_cpus=engine_cpus,
+            learner_cpus=learner_cpus,
+            learner_ranks=ranks,
+        )
 
     def __init__(
         self,
@@ -323,7 +330,9 @@ class RayBackend:
         num_engines: int = 1,
         engine_cpus: int = 1,
         learner_cpus: int = 1,
+        learner_ranks: int = 1,
     ) -> None:
+        """`learner_ranks`: the learner's ranks, `learner_cpus` each (a local cluster gets all their CPUs)."""
         try:  # an optional extra: imported only when a Ray backend is asked for
             import ray
             import ray.exceptions
@@ -336,7 +345,7 @@ class RayBackend:
         self.ray, self.errors = ray, ray.exceptions
         self.actors: dict[str, tuple[str, Any]] = {}  # actor id -> (its name, its handle)
         self._started = False
-        asked = num_engines * engine_cpus + learner_cpus
+        asked = num_engines * engine_cpus + learner_cpus * learner_ranks
         if not ray.is_initialized():
             if address is None:
                 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local cluster on loopback
@@ -363,21 +372,32 @@ class RayBackend:
             else ([None] * num_engines, None)
         )
 
-    def _actor(self, cls, cpus: float):
-        # calls run one at a time on the default group; `stacks` has a thread of its own, so a stuck call
-        # can be located while it runs
-        return self.ray.remote(num_cpus=cpus, max_restarts=0, concurrency_groups={"watchdog": 1})(cls)
+    def _actor(self, cls, cpus: float, node: str | None = None):
+        """An actor class of `cpus` CPUs, on a node labelled `schedrl-node=<node>` if `node` is given.
+        Calls run one at a time on the default group; `stacks` has a thread of its own, so a stuck call
+        can be located while it runs."""
+        from schedrl.distributed.ray_ranks import NODE_LABEL
+
+        options: dict[str, Any] = {"num_cpus": cpus, "max_restarts": 0, "concurrency_groups": {"watchdog": 1}}
+        if node:
+            options["label_selector"] = {NODE_LABEL: node}
+        return self.ray.remote(**options)(cls)
 
     def start_engine(self, cfg: RunConfig, weights: Any, version: int, index: int = 0):
-        actor = self._actor(EngineWorker, self.engine_ask)
+        actor = self._actor(EngineWorker, self.engine_ask, cfg.pipeline.engine_node)
         name = worker_name(index, self.num_engines)
         handle = actor.remote(cfg, weights, version, self.engine_cores[index], self.engine_cpus, name)
         return self._named(name, handle)
 
     def start_learner(self, cfg: RunConfig, run_root: str, checkpoint: str | None):
-        from schedrl.distributed.learner_ranks import learner_class
+        """The learner actor; with `learner.ranks` > 1 its ranks are actors of their own, in a placement
+        group (`distributed.ray_ranks`), and the actor that calls them holds no CPU."""
+        from schedrl.distributed.ray_ranks import RayLearnerRanks
 
-        actor = self._actor(learner_class(cfg), self.learner_ask)
+        if cfg.learner.parallel != "none":
+            actor = self._actor(RayLearnerRanks, 0, cfg.pipeline.learner_node)
+        else:
+            actor = self._actor(LearnerWorker, self.learner_ask, cfg.pipeline.learner_node)
         handle = actor.remote(cfg, run_root, checkpoint, self.learner_cores, self.learner_cpus)
         return self._named("learner", handle)
 
@@ -400,7 +420,14 @@ class RayBackend:
         try:
             return self.ray.get(future, timeout=limit)
         except (self.errors.RayActorError, self.errors.ActorUnavailableError) as e:
-            raise WorkerDiedError(str(e).splitlines()[0]) from e
+            actor = self.actors.get(future.task_id().actor_id().hex(), ("a Ray actor", None))[0]
+            raise WorkerDiedError(f"{actor} died: {str(e).splitlines()[0]}") from e
+        except self.errors.ObjectLostError as e:  # raised as the call's error: its input is gone
+            actor = self.actors.get(future.task_id().actor_id().hex(), ("a Ray actor", None))[0]
+            raise InputLostError(
+                f"an input of a call to {actor} was lost with the worker or node that held it (the learner's "
+                f"weights, when its node died): {str(e).splitlines()[-1]}"
+            ) from e
         except self.errors.GetTimeoutError as e:
             actor = self.actors.get(future.task_id().actor_id().hex(), ("a Ray actor", None))
             raise WorkerStuckError(stuck_message([actor], self, limit or 0)) from e

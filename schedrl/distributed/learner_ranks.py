@@ -73,7 +73,27 @@ def rank_main(
     torch.distributed.destroy_process_group()
 
 
-class LearnerRanks:
+class RankGroup:
+    """What a learner worker answers, for a group of ranks: every call goes to every rank (`_call`), and
+    rank 0's answer comes back."""
+
+    def _call(self, method: str, *args: Any) -> Any:
+        raise NotImplementedError
+
+    def update(self, batch, step: int):
+        return self._call("update", batch, step)
+
+    def weights(self, version: int) -> WeightPush:
+        return self._call("weights", version)
+
+    def save_checkpoint(self, step: int, state: dict) -> str:
+        return self._call("save_checkpoint", step, state)
+
+    def spans(self) -> list:
+        return self._call("spans")
+
+
+class LearnerRanks(RankGroup):
     """`cfg.learner.ranks` learner processes in one process group, called as one learner worker."""
 
     def __init__(
@@ -126,18 +146,6 @@ class LearnerRanks:
                 self._died(rank, f"receiving {method}")
         return self._gather(f"running {method}")
 
-    def update(self, batch, step: int):
-        return self._call("update", batch, step)
-
-    def weights(self, version: int) -> WeightPush:
-        return self._call("weights", version)
-
-    def save_checkpoint(self, step: int, state: dict) -> str:
-        return self._call("save_checkpoint", step, state)
-
-    def spans(self) -> list:
-        return self._call("spans")
-
     def stacks(self) -> str:
         pids = ", ".join(str(p.pid) for p in self.procs)
         return f"learner ranks (processes {pids}); the driver:\n{busy_stacks()}"
@@ -158,5 +166,6 @@ class LearnerRanks:
 
 
 def learner_class(cfg: RunConfig) -> type:
-    """What a backend starts as the learner worker: one process, or a process group of ranks."""
+    """What a local or threads backend starts as the learner worker: one process, or a process group of
+    ranks (the Ray backend starts rank actors: `distributed.ray_ranks`)."""
     return LearnerRanks if cfg.learner.parallel != "none" else LearnerWorker

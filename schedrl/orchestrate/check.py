@@ -108,8 +108,14 @@ def check_learner(cfg: RunConfig) -> None:
         )
     if lr.lora is not None:
         check_lora(cfg)
+    nodes = [f for f in ("engine_node", "learner_node") if getattr(cfg.pipeline, f)]
+    if nodes and cfg.pipeline.backend != "ray":
+        raise ConfigError(
+            f"config field 'pipeline.{nodes[0]}' places workers on a labelled Ray node: it needs "
+            f"pipeline.backend 'ray', got {cfg.pipeline.backend!r}"
+        )
     available = available_ranks()
-    if lr.ranks > available:
+    if lr.ranks > available and not cfg.pipeline.ray_address:  # a cluster's CPUs are its own to count
         raise ConfigError(
             f"config field 'learner.ranks' is {lr.ranks}, more than the {available} "
             f"{'GPUs' if torch.cuda.is_available() else 'CPU cores'} this machine gives the run"

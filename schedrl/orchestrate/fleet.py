@@ -19,6 +19,7 @@ from typing import Any
 from schedrl.config import RunConfig
 from schedrl.contracts.workers import Backend
 from schedrl.distributed import WorkerDiedError, WorkerStuckError, wait_built
+from schedrl.distributed.errors import InputLostError
 from schedrl.distributed.backend import remote, worker_name
 from schedrl.distributed.workers import EngineWorker
 from schedrl.types import Request, Sample, group_of
@@ -204,6 +205,8 @@ class EngineFleet:
     def _get(self, i: int, future) -> Any:
         try:
             return self.backend.get(future)
+        except InputLostError:
+            raise  # the engine is alive; what it was sent is gone: restarting it would not help
         except WorkerDiedError as err:
             self.restart(i, err)
             return None

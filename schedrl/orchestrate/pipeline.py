@@ -281,6 +281,7 @@ def run_pipeline(c: Components, on_step: StepCallback | None = None) -> None:
         num_engines=p.num_engines,
         engine_cpus=p.engine_cpus,
         learner_cpus=p.learner_cpus,
+        learner_ranks=c.cfg.learner.ranks if c.cfg.learner.parallel != "none" else 1,
     )
     stuck = False
     backend.timeout_s = p.worker_timeout_s or None  # every call a worker does not answer in time is stuck

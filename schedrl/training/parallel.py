@@ -58,12 +58,12 @@ class Ranks:
         return mine + [(rows[:1], False)] * (most - len(mine))
 
 
-def init_group(rank: int, world: int, port: int, device: torch.device) -> None:
-    """Join the learner's process group on loopback `port` (gloo on CPU, NCCL on CUDA)."""
+def init_group(rank: int, world: int, port: int, device: torch.device, host: str = "127.0.0.1") -> None:
+    """Join the learner's process group at rank 0's `host`:`port` (gloo on CPU, NCCL on CUDA)."""
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(
         backend,
-        init_method=f"tcp://127.0.0.1:{port}",
+        init_method=f"tcp://{host}:{port}",
         rank=rank,
         world_size=world,
         timeout=datetime.timedelta(seconds=int(os.environ.get("SCHEDRL_DIST_TIMEOUT_S", "600"))),
