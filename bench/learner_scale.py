@@ -11,19 +11,23 @@ same synthetic GRPO batch (`--rows` sequences of `--tokens` tokens, random token
 
 Every process is started with MALLOC_MMAP_THRESHOLD_=65536, so that freed tensors go back to the OS
 and resident memory follows what is live (with glibc's default a rank's peak exceeds one process's).
-Push: the time to take the weights out of the learner, carry them across a process boundary (pickled and
-unpickled, as the Ray and process backends do) and load them into a built-in engine
-(`HFEngine.update_weights`), full weights against the adapters (merged into the engine's kept base); the
-same without the boundary (the threads backend) is reported beside it.
+Push: the time of a weight push through the pipeline's path (`engine.weight_push`): the push made (the
+weights in buckets, or the adapters), carried across a process boundary (pickled and unpickled, as the
+Ray and process backends do) and taken by a built-in engine phase by phase, with its checks (checksums
+read back, the probe made and reproduced) and without them; full weights against the adapters (merged
+into the engine's kept base); the same without the boundary (the threads backend) beside it. The
+simulator's weight-sync cost (`sim.costs.SyncCost`: latency + bytes / bandwidth) is fitted on every
+model but the largest and checked against the largest's measured push.
 MFU: model FLOPs (6 x trained-through parameters x tokens per step, attention left out) per second over
 the machine's measured float32 matmul peak on the same threads.
 
-    python bench/learner_scale.py                       # small (25M) and medium (155M), ~6 min
+    python bench/learner_scale.py                       # tiny (0.45M), small (25M), medium (155M), ~7 min
     python bench/learner_scale.py --models small --steps 2
 
 The last line is one JSON object with `fsdp2_peak_ratio` (per-rank peak / one process's),
-`lora_peak_ratio` (LoRA / full) and `lora_push_speedup` (full push time / adapter push time), each for
-the largest model run, and every model's figures.
+`lora_peak_ratio` (LoRA / full), `lora_push_speedup` (full push time / adapter push time) and
+`push_check_overhead` (checked / unchecked push time), each for the largest model run,
+`sim_sync_ratio` (the simulator's predicted / measured push time for it), and every model's figures.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import sys
 import time
 
 MODELS = {
+    "tiny": {},  # the tiny preset (0.45M)
     "small": {"hidden_size": 512, "num_layers": 8, "num_heads": 8, "intermediate_size": 1344},
     "medium": {"hidden_size": 1024, "num_layers": 12, "num_heads": 16, "intermediate_size": 2816},
 }
@@ -112,26 +117,61 @@ def rank_main(rank: int, port: int, args, out) -> None:
     torch.distributed.destroy_process_group()
 
 
-def push_times(learner, model_name: str, lora: bool) -> tuple[float, float]:
-    """Seconds to take the weights out of `learner` and load them into a built-in engine, across a process
-    boundary and within one process (medians of 3)."""
-    from schedrl.distributed.workers import cpu_weights
+def push_times(learner, model_name: str, lora: bool) -> dict[str, float]:
+    """Seconds of a weight push from `learner` to a built-in engine through the pipeline's path: the push
+    made (buckets, or the adapters), carried across a process boundary (pickled and unpickled, as the Ray
+    and process backends do) and taken by the engine phase by phase (`weight_push.receive`); with the
+    checks (bucket checksums read back, the probe made and reproduced) and without; and with the checks
+    but no boundary (the threads backend). Medians of 3 after a warm-up."""
     from schedrl.engine import EngineConfig, HFEngine
+    from schedrl.engine.weight_push import WeightPush, bucketed, make_probe, receive
     from schedrl.models import build_char_tokenizer
     from schedrl.training.lora import adapter_weights
 
-    engine = HFEngine(build(model_name), build_char_tokenizer(), EngineConfig())
-    across, within = [], []
+    tokenizer = build_char_tokenizer()
+    engine = HFEngine(build(model_name), tokenizer, EngineConfig())
+    model = learner.model
+
+    def make(version: int, check: bool) -> WeightPush:
+        if lora:
+            push = WeightPush(version, adapters=adapter_weights(model))
+        else:
+            buckets = bucketed(
+                (n, lambda t=t: t.detach().to("cpu", copy=True)) for n, t in model.state_dict().items()
+            )
+            push = WeightPush(version, buckets, [b.name for b in buckets])
+        if check:
+            push.probe = make_probe(len(tokenizer), model, 1e-3)
+        return push
+
+    times: dict[str, list[float]] = {"push_s": [], "push_unchecked_s": [], "push_in_process_s": []}
     for version in range(4):
-        start = time.perf_counter()
-        weights = adapter_weights(learner.model) if lora else cpu_weights(learner.model)
-        engine.update_weights(pickle.loads(pickle.dumps(weights)), version)
-        across.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        weights = adapter_weights(learner.model) if lora else cpu_weights(learner.model)
-        engine.update_weights(weights, version)
-        within.append(time.perf_counter() - start)
-    return statistics.median(across[1:]), statistics.median(within[1:])
+        for key, check, boundary in (
+            ("push_s", True, True), ("push_unchecked_s", False, True), ("push_in_process_s", True, False)
+        ):  # fmt: skip
+            start = time.perf_counter()
+            push = make(version, check)
+            if boundary:
+                push = pickle.loads(pickle.dumps(push))
+            receive(engine, push, version, check=check)
+            times[key].append(time.perf_counter() - start)
+    out = {k: statistics.median(v[1:]) for k, v in times.items()}
+    out["push_bytes"] = 4 * sum(
+        (a.numel() + b.numel() for a, b, _ in adapter_weights(model).layers.values())
+        if lora
+        else (t.numel() for t in model.state_dict().values())
+    )
+    return out
+
+
+def fit_sync_cost(points: list[tuple[float, float]]):
+    """The simulator's `SyncCost` (latency + bytes / bandwidth) fitted by least squares to (bytes, seconds)."""
+    from schedrl.sim.costs import SyncCost
+
+    n = len(points)
+    mx, my = sum(b for b, _ in points) / n, sum(t for _, t in points) / n
+    slope = sum((b - mx) * (t - my) for b, t in points) / sum((b - mx) ** 2 for b, _ in points)
+    return SyncCost(latency_s=max(my - slope * mx, 0.0), bandwidth_gbs=1 / (slope * 1e9))
 
 
 def matmul_peak(threads: int) -> float:
@@ -171,7 +211,7 @@ def child(args) -> None:
     torch.set_num_threads(args.threads)
     result = train(args)
     learner = result.pop("learner")
-    result["push_s"], result["push_in_process_s"] = push_times(learner, args.model, args.system == "lora")
+    result.update(push_times(learner, args.model, args.system == "lora"))
     result["matmul_flops"] = matmul_peak(args.threads)
     print(json.dumps(result))
 
@@ -213,6 +253,9 @@ def main() -> None:
             "fsdp2_peak_ratio": round(fsdp2["peak_mb"] / full["peak_mb"], 3),
             "lora_peak_ratio": round(lora["peak_mb"] / full["peak_mb"], 3),
             "push_s": {"full": round(full["push_s"], 4), "lora": round(lora["push_s"], 4)},
+            "push_unchecked_s": round(full["push_unchecked_s"], 4),
+            "push_check_overhead": round(full["push_s"] / full["push_unchecked_s"], 2),
+            "push_bytes": full["push_bytes"],
             "lora_push_speedup": round(full["push_s"] / lora["push_s"], 2),
             "lora_push_speedup_in_process": round(full["push_in_process_s"] / lora["push_in_process_s"], 2),
             "mfu_full": round(flops / full["step_s"] / full["matmul_flops"], 3),
@@ -228,11 +271,34 @@ def main() -> None:
             flush=True,
         )
     last = figures[args.models[-1]]
+    sync = {}
+    if (
+        len(args.models) >= 3
+    ):  # the simulator's weight-sync cost, fitted on the smaller models, predicts the largest
+        points = [(figures[m]["push_bytes"], figures[m]["push_s"]["full"]) for m in args.models[:-1]]
+        cost = fit_sync_cost(points)
+        predicted = cost.sync_s(last["push_bytes"])
+        sync = {
+            "sim_sync_fit": {
+                "latency_s": round(cost.latency_s, 4),
+                "bandwidth_gbs": round(cost.bandwidth_gbs, 3),
+            },
+            "sim_sync_predicted_s": round(predicted, 4),
+            "sim_sync_ratio": round(predicted / last["push_s"]["full"], 3),
+        }
+        print(
+            f"simulator's weight-sync cost fitted on {', '.join(args.models[:-1])}: latency {cost.latency_s:.4f} s, "
+            f"{cost.bandwidth_gbs:.3f} GB/s; predicts {predicted:.3f} s for {args.models[-1]}, measured "
+            f"{last['push_s']['full']:.3f} s (ratio {sync['sim_sync_ratio']})",
+            flush=True,
+        )
     summary = {
         "model": args.models[-1],
         "fsdp2_peak_ratio": last["fsdp2_peak_ratio"],
         "lora_peak_ratio": last["lora_peak_ratio"],
         "lora_push_speedup": last["lora_push_speedup"],
+        "push_check_overhead": last["push_check_overhead"],
+        **sync,
         "malloc_mmap_threshold": 65536,
         "models": figures,
     }

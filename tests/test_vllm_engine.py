@@ -260,10 +260,10 @@ def test_a_push_to_vllm_is_checked_bucket_by_bucket_and_by_the_probe(model, othe
 
 def _lora_push(peft_model, version):
     """The push a LoRA learner makes: the adapters and a probe from the adapted model."""
-    from schedrl.engine.weight_push import WeightPush, last_token_logprobs, make_probe
+    from schedrl.engine.weight_push import WeightPush, make_probe
     from schedrl.training.lora import adapter_weights
 
-    probe = make_probe(peft_model.config.vocab_size, lambda ids: last_token_logprobs(peft_model, ids), 1e-4)
+    probe = make_probe(peft_model.config.vocab_size, peft_model, 1e-4)
     return WeightPush(version, adapters=adapter_weights(peft_model), probe=probe)
 
 

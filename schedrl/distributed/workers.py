@@ -23,7 +23,7 @@ import torch
 from schedrl.config import RunConfig
 from schedrl.contracts.workers import LearnerBatch
 from schedrl.engine.migration import migrants
-from schedrl.engine.weight_push import WeightPush, bucketed, last_token_logprobs, make_probe, receive
+from schedrl.engine.weight_push import WeightPush, bucketed, make_probe, receive
 from schedrl.timeline import Recorder, Span
 from schedrl.training.batch import collate
 from schedrl.training.checkpoint import (
@@ -243,18 +243,9 @@ class LearnerWorker(Inspectable):
             )
             push = WeightPush(version, buckets if keep else [], [b.name for b in buckets])
         if self.cfg.pipeline.verify_pushes:
-            push.probe = make_probe(len(self.tokenizer), self._probe_logprobs, self.cfg.pipeline.probe_tol)
+            inner = getattr(model, "module", model)  # every rank runs it: FSDP2 gathers in each forward
+            push.probe = make_probe(len(self.tokenizer), inner, self.cfg.pipeline.probe_tol)
         return push
-
-    def _probe_logprobs(self, ids: torch.Tensor) -> torch.Tensor:
-        model = self.learner.model
-        inner = getattr(model, "module", model)  # every rank runs it: FSDP2 gathers in the forward
-        was_training = inner.training
-        inner.eval()
-        try:
-            return last_token_logprobs(inner, ids)
-        finally:
-            inner.train(was_training)
 
     def update(self, batch: LearnerBatch, step: int) -> tuple[dict[str, float], WeightPush]:
         """One optimizer step on `batch` (`schedrl.orchestrate.update_batch.UpdateBatch.learner_batch`);

@@ -146,29 +146,43 @@ def bucketed(named: Iterable[tuple[str, Callable[[], torch.Tensor]]]) -> list[Bu
     return out
 
 
-def make_probe(vocab_size: int, last_logprobs: Callable[[torch.Tensor], torch.Tensor], tol: float) -> Probe:
+def make_probe(vocab_size: int, model: torch.nn.Module, tol: float) -> Probe:
     """The probe: `PROBE_SEQS` prompts of `PROBE_PROMPT` token ids from a fixed generator, continued
-    greedily for `PROBE_NEW` tokens by `last_logprobs` ((seqs, len) ids -> (seqs, vocab) log-probs of
-    the next token)."""
+    greedily for `PROBE_NEW` tokens by the causal LM `model` (`greedy`)."""
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab_size, (PROBE_SEQS, PROBE_PROMPT), generator=gen)
-    logprobs, margins = [], []
-    for _ in range(PROBE_NEW):
-        top = last_logprobs(ids).float().topk(2, dim=-1)
-        logprobs.append(top.values[:, 0])
-        margins.append(top.values[:, 0] - top.values[:, 1])
-        ids = torch.cat([ids, top.indices[:, :1]], dim=1)
+    tokens, logprobs = greedy(model, ids, PROBE_NEW)
+    top = logprobs.topk(2, dim=-1).values
     return Probe(
-        ids.tolist(), PROBE_PROMPT, torch.stack(logprobs, 1).tolist(), torch.stack(margins, 1).tolist(), tol
+        torch.cat([ids, tokens], dim=1).tolist(),
+        PROBE_PROMPT,
+        top[..., 0].tolist(),
+        (top[..., 0] - top[..., 1]).tolist(),
+        tol,
     )
 
 
 @torch.no_grad()
-def last_token_logprobs(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
-    """log p(next token | ids) under a causal LM, (seqs, vocab), in float32 on the CPU."""
+def greedy(model: torch.nn.Module, ids: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`model`'s greedy continuation of `ids` for `n` tokens, keys and values cached: the tokens (seqs, n)
+    and the log-probs each was chosen from (seqs, n, vocab), in float32 on the CPU. Every rank of a sharded
+    model runs it alike (each forward is a collective)."""
     device = next(model.parameters()).device
-    logits = model(input_ids=ids.to(device)).logits[:, -1].float()
-    return torch.log_softmax(logits, dim=-1).cpu()
+    was_training = model.training
+    model.eval()
+    try:
+        out = model(input_ids=ids.to(device), use_cache=True)
+        tokens, logprobs = [], []
+        for step in range(n):
+            lp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+            nxt = lp.argmax(-1, keepdim=True)
+            tokens.append(nxt)
+            logprobs.append(lp)
+            if step + 1 < n:
+                out = model(input_ids=nxt, past_key_values=out.past_key_values, use_cache=True)
+    finally:
+        model.train(was_training)
+    return torch.cat(tokens, 1).cpu(), torch.stack(logprobs, 1).cpu()
 
 
 @torch.no_grad()
@@ -191,7 +205,7 @@ def push_of(model: torch.nn.Module, version: int, tol: float = 1e-3) -> WeightPu
             state[name] = tensor.detach().to("cpu", copy=True)
     buckets = bucketed((n, lambda t=t: t) for n, t in state.items())
     vocab = int(model.get_input_embeddings().weight.shape[0])  # type: ignore[operator]
-    probe = make_probe(vocab, lambda ids: last_token_logprobs(model, ids), tol)
+    probe = make_probe(vocab, model, tol)
     return WeightPush(version, buckets, [b.name for b in buckets], probe=probe)
 
 

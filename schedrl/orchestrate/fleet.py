@@ -19,8 +19,8 @@ from typing import Any
 from schedrl.config import RunConfig
 from schedrl.contracts.workers import Backend
 from schedrl.distributed import WorkerDiedError, WorkerStuckError, wait_built
-from schedrl.distributed.errors import InputLostError
 from schedrl.distributed.backend import remote, worker_name
+from schedrl.distributed.errors import InputLostError
 from schedrl.distributed.workers import EngineWorker
 from schedrl.types import Request, Sample, group_of
 
