@@ -200,7 +200,9 @@ class PipelineConfig:
     # learner's greedy continuations of two fixed prompts; the engine reports what it loaded and reproduces
     # the probe, or the run stops naming the version and the bucket (schedrl.engine.weight_push)
     verify_pushes: bool = True
-    probe_tol: float = 1e-3  # the largest |engine - learner| log-prob the probe accepts
+    # the largest |engine - learner| log-prob the probe accepts; None: 1e-3, or 5e-2 where the learner or the
+    # engines compute in bfloat16 (learner.compute_dtype, model.dtype)
+    probe_tol: float | None = None
 
 
 @dataclass
@@ -209,6 +211,11 @@ class LearnerConfig:
     # all-reduced) or fsdp2 (parameters, gradients and optimizer state sharded over the ranks)
     parallel: Literal["none", "ddp", "fsdp2"] = "none"
     ranks: int = 1  # learner processes in one process group (gloo on CPU, NCCL on CUDA)
+    # the dtype the learner's forward and backward compute in: bfloat16 runs them under autocast (FSDP2: its
+    # mixed precision, the gathered parameters in bfloat16, gradients reduced in float32); the parameters and
+    # AdamW's state stay float32 either way (unless model.dtype makes the model bfloat16). auto: bfloat16
+    # on a GPU, float32 on a CPU
+    compute_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     # LoRA adapters trained instead of the whole model (peft): {r, alpha, dropout, target_modules}
     # (defaults 16, 32, 0.0, the attention projections); the engines receive the adapters only
     lora: dict[str, Any] | None = None

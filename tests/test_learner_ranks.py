@@ -28,13 +28,16 @@ CASES = {
     ),
     "decoupled": (AlgoConfig(correction="decoupled"), OptimConfig(micro_batch_size=5)),
     "lora": (AlgoConfig(), OptimConfig(micro_batch_size=5, lr=1e-3)),  # adapters only (peft)
+    "bf16": (AlgoConfig(), OptimConfig(micro_batch_size=5, lr=1e-3)),  # bfloat16 compute
 }
 LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ("q_proj", "v_proj", "down_proj")}
 
 
 def _learner(model, case: str, ranks=None) -> Learner:
     algo, optim = CASES[case]
-    return Learner(model, optim, algo, total_steps=10, ranks=ranks, lora=LORA if case == "lora" else None)
+    dtype = torch.bfloat16 if case == "bf16" else torch.float32
+    lora = LORA if case == "lora" else None
+    return Learner(model, optim, algo, total_steps=10, ranks=ranks, lora=lora, compute_dtype=dtype)
 
 
 def _batch(seed: int = 0):
@@ -176,3 +179,27 @@ def test_bad_learner_layouts_are_refused_naming_the_field(learner, pipeline, mes
 
     with pytest.raises(ConfigError, match=message):
         resolve_config({"learner": learner, "pipeline": pipeline})
+
+
+def test_bfloat16_compute_keeps_float32_parameters_and_optimizer_state(default_model):
+    """`learner.compute_dtype: bfloat16`: one process runs its forward and backward under autocast, two FSDP2
+    ranks under FSDP2's mixed precision (parameters gathered in bfloat16, gradients reduced in float32);
+    either way the parameters and AdamW's moments stay float32. The entropies are bfloat16's (off float32's
+    by more than float rounding, within bfloat16's), and the two layouts agree to bfloat16's precision."""
+    weights = {k: v.clone() for k, v in default_model.state_dict().items()}
+    algo, optim = CASES["bf16"]
+    fp32 = Learner(copy.deepcopy(default_model), optim, algo, total_steps=10)  # the same, in float32
+    one = _learner(copy.deepcopy(default_model), "bf16")
+    ref, got = _train(fp32), _train(one)
+    for a, b in zip(got, ref, strict=True):  # (a GRPO loss at ratio 1 is the same in any precision)
+        assert 1e-6 < abs(a["entropy"] - b["entropy"]) < 3e-2
+    assert all(p.dtype == torch.float32 for p in one.model.parameters())
+    assert all(
+        v.dtype == torch.float32 for st in one.optimizer.state.values() for v in st.values() if v.dim() > 0
+    )
+    stats, state, _ = on_ranks("fsdp2", "bf16", weights)
+    for a, b in zip(stats, got, strict=True):
+        assert a["entropy"] == pytest.approx(b["entropy"], abs=3e-2)
+    assert all(t.dtype == torch.float32 for t in state.values())
+    for name, p in one.model.state_dict().items():
+        torch.testing.assert_close(state[name], p, atol=5e-3, rtol=0)

@@ -243,8 +243,10 @@ class LearnerWorker(Inspectable):
             )
             push = WeightPush(version, buckets if keep else [], [b.name for b in buckets])
         if self.cfg.pipeline.verify_pushes:
+            from schedrl.orchestrate.build import probe_tol
+
             inner = getattr(model, "module", model)  # every rank runs it: FSDP2 gathers in each forward
-            push.probe = make_probe(len(self.tokenizer), inner, self.cfg.pipeline.probe_tol)
+            push.probe = make_probe(len(self.tokenizer), inner, probe_tol(self.cfg))
         return push
 
     def update(self, batch: LearnerBatch, step: int) -> tuple[dict[str, float], WeightPush]:

@@ -40,7 +40,7 @@ from typing import Any, Protocol
 import torch
 
 LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
-PROBE_SEQS, PROBE_PROMPT, PROBE_NEW = 2, 8, 8  # the probe: two prompts of 8 tokens, 8 greedy tokens each
+PROBE_SEQS, PROBE_PROMPT, PROBE_NEW = 2, 8, 4  # the probe: two prompts of 8 tokens, 4 greedy tokens each
 
 
 class WeightPushError(RuntimeError):

@@ -141,7 +141,25 @@ def make_learner(
         ranks=ranks,
         lora=lora,
         adapter=adapter,
+        compute_dtype=compute_dtype(cfg),
     )
+
+
+def compute_dtype(cfg: RunConfig) -> torch.dtype:
+    """`learner.compute_dtype` resolved: auto is bfloat16 on a GPU, float32 on a CPU."""
+    name = cfg.learner.compute_dtype
+    if name == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    return getattr(torch, name)
+
+
+def probe_tol(cfg: RunConfig) -> float:
+    """`pipeline.probe_tol` resolved: 1e-3, or 5e-2 where the learner or the engines compute in bfloat16."""
+    if cfg.pipeline.probe_tol is not None:
+        return cfg.pipeline.probe_tol
+    bf16 = compute_dtype(cfg) == torch.bfloat16 or cfg.model.dtype == "bfloat16"
+    bf16 = bf16 or (cfg.model.dtype == "auto" and torch.cuda.is_available())
+    return 5e-2 if bf16 else 1e-3
 
 
 def make_episodes(cfg: RunConfig, engine: Engine, tokenizer: Any, source: TaskSource) -> EpisodeRunner | None:

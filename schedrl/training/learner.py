@@ -96,12 +96,15 @@ class Learner:
         ranks: Ranks | None = None,
         lora: dict[str, Any] | None = None,
         adapter: Any = None,
+        compute_dtype: torch.dtype | None = None,
     ) -> None:
         """`max_new_tokens`: the generation budget, Dr. GRPO's per-row constant (None: the step's longest).
         `ranks`: this process's place in a learner process group (`training.parallel`); the model is
         wrapped or sharded here, and every update trains on this rank's share of the batch. `lora`
         (`training.lora.lora_spec`): the model is wrapped with peft's adapters, and only they train;
-        `adapter`, a directory of saved adapters to start from (loaded before the model is sharded)."""
+        `adapter`, a directory of saved adapters to start from (loaded before the model is sharded).
+        `compute_dtype`: what the forward and backward compute in (None: bfloat16 on CUDA, else float32);
+        bfloat16 is autocast (FSDP2: its mixed precision), the parameters and AdamW's state unchanged."""
         if lora is not None:
             model = cast(PreTrainedModel, apply_lora(model, lora, seed))
             if adapter is not None:
@@ -113,6 +116,9 @@ class Learner:
         self.seed = seed
         self.max_new_tokens = max_new_tokens
         self.device = next(model.parameters()).device
+        if compute_dtype is None:
+            compute_dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        self.compute_dtype = compute_dtype
         self.padding_free, self._packing_checked = optim.padding_free, False
         self.forward_prompt_once = optim.forward_prompt_once and takes_4d_masks(model)
         self.call = loss_call(algo)  # the loss, its checked algo.loss_args and the run-wide keywords
@@ -125,7 +131,7 @@ class Learner:
         if optim.gradient_checkpointing:
             enable_gradient_checkpointing(model)
         if ranks is not None:
-            self.model = wrap(model, ranks, self.device)
+            self.model = wrap(model, ranks, self.device, compute_dtype)
             if self.value_head is not None:  # replicated: every rank starts from rank 0's
                 for p in self.value_head.parameters():
                     torch.distributed.broadcast(p.data, 0)
@@ -144,8 +150,8 @@ class Learner:
         self.skipped_steps = 0
 
     def _autocast(self):
-        if self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.bfloat16)
+        if self.compute_dtype != torch.float32 and self.device.type in ("cuda", "cpu"):
+            return torch.autocast(self.device.type, dtype=self.compute_dtype)
         return contextlib.nullcontext()
 
     def _forward(self, model: torch.nn.Module, batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -224,7 +230,7 @@ class Learner:
             for x in (padded.logits, packing.unpack(packed.logits))
         )
         diff = float(((a - b).abs() * batch.mask).max()) if batch.mask.any() else 0.0
-        tol = 1e-3 if self.device.type == "cpu" else 5e-2  # bf16 autocast on accelerators
+        tol = 1e-3 if self.compute_dtype == torch.float32 else 5e-2  # bfloat16 compute
         if diff <= tol:
             return packing
         if packing.unit_ids is not None:  # the shared layout

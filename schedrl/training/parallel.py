@@ -70,8 +70,12 @@ def init_group(rank: int, world: int, port: int, device: torch.device, host: str
     )
 
 
-def wrap(model: torch.nn.Module, ranks: Ranks, device: torch.device) -> torch.nn.Module:
-    """`model` held as `ranks.kind` says: DDP's wrapper, or the model itself sharded in place."""
+def wrap(
+    model: torch.nn.Module, ranks: Ranks, device: torch.device, compute_dtype: torch.dtype = torch.float32
+) -> torch.nn.Module:
+    """`model` held as `ranks.kind` says: DDP's wrapper, or the model itself sharded in place (computing in
+    `compute_dtype`: FSDP2's mixed precision gathers the parameters in it and reduces gradients in float32,
+    the sharded parameters and the optimizer's state staying as they are)."""
     if ranks.kind == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
@@ -79,12 +83,13 @@ def wrap(model: torch.nn.Module, ranks: Ranks, device: torch.device) -> torch.nn
         return DistributedDataParallel(model, device_ids=ids, forward_sync_buffers=False)
     if ranks.kind == "fsdp2":
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         mesh = init_device_mesh(device.type, (ranks.world,))
+        policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
         for layer in decoder_layers(model):
-            fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+            fully_shard(layer, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
         return model
     raise ValueError(f"learner.parallel must be one of {', '.join(PARALLEL)}, got {ranks.kind!r}")
 
