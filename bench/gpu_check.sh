@@ -10,16 +10,28 @@
 #   4. bench/tool_waits.py on the GPU, wall clock: pin against release on long histories, and the
 #      virtual clock's fit beside it;
 #   5. a 100-step `schedrl train` of the demo recipe with a bfloat16 model (the learner's autocast path).
+# With --learner, instead, the learner check alone (bench/learner_gpu.py): the 0.5b preset on one GPU with
+# bfloat16 compute, float32 parameters and AdamW state and gradient checkpointing, full and LoRA, peak
+# memory and step time; then a checked push into vLLM on the same GPU (buckets with checksums and the
+# probe), and an adapter push as a LoRA request with the probe.
 # Everything it prints goes to $OUT (or bench/out/gpu_check) as one log per check; each benchmark's last
 # line is its JSON, for BENCHMARKS.md with the GPU named (device.txt).
 #
 #   bash bench/gpu_check.sh          # on a GPU machine, in a venv with torch (CUDA) and the vllm extra
 #   bash bench/gpu_check.sh --dry    # on CPU: the same steps at toy sizes, to check the script itself
+#   bash bench/gpu_check.sh --learner [--dry]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python}
 DRY=0
-[ "${1:-}" = "--dry" ] && DRY=1
+LEARNER=0
+for arg in "$@"; do
+  case "$arg" in
+    --dry) DRY=1 ;;
+    --learner) LEARNER=1 ;;
+    *) echo "unknown option $arg (--dry, --learner)" >&2; exit 2 ;;
+  esac
+done
 LOGS=${OUT:-bench/out/gpu_check}
 mkdir -p "$LOGS"
 if [ "$DRY" = 0 ] && ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
@@ -27,6 +39,18 @@ if [ "$DRY" = 0 ] && ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_
   exit 2
 fi
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')" | tee "$LOGS/device.txt"
+
+if [ "$LEARNER" = 1 ]; then
+  if [ "$DRY" = 1 ]; then
+    LEARNER_ARGS=(--model tiny --device cpu --steps 1 --tokens 32 --no-vllm)
+  else
+    LEARNER_ARGS=(--model 0.5b --device cuda --steps 3)
+  fi
+  echo "== learner on one device: ${LEARNER_ARGS[*]}"
+  "$PY" bench/learner_gpu.py "${LEARNER_ARGS[@]}" 2>&1 | grep -v -E "^(INFO|WARNING|\(MainProcess)" | tail -8 | tee "$LOGS/learner.txt"
+  echo "logs in $LOGS"
+  exit 0
+fi
 
 if [ "$DRY" = 1 ]; then
   DEVICE=cpu

@@ -36,3 +36,19 @@ def test_the_gpu_checks_run_dry_on_cpu(tmp_path):
     assert waits["best_policy"] == "pin" and waits["best_policy_vs_release"] > 0
     assert "step" in (tmp_path / "rollout_scheduling.txt").read_text()
     assert (tmp_path / "train.txt").read_text().strip()
+
+
+def test_the_learner_check_runs_dry_on_cpu(tmp_path):
+    env = {**os.environ, "PY": sys.executable, "OUT": str(tmp_path)}
+    done = subprocess.run(
+        ["bash", "bench/gpu_check.sh", "--learner", "--dry"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    result = last_json((tmp_path / "learner.txt").read_text())
+    assert result["compute_dtype"] == "bfloat16" and result["gradient_checkpointing"]
+    assert result["full"]["step_s"] > 0 and result["lora"]["peak_mb"] > 0
