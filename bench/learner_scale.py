@@ -137,7 +137,8 @@ def push_times(learner, model_name: str, lora: bool) -> dict[str, float]:
             push = WeightPush(version, adapters=adapter_weights(model))
         else:
             buckets = bucketed(
-                (n, lambda t=t: t.detach().to("cpu", copy=True)) for n, t in model.state_dict().items()
+                ((n, lambda t=t: t.detach().to("cpu", copy=True)) for n, t in model.state_dict().items()),
+                check,
             )
             push = WeightPush(version, buckets, [b.name for b in buckets])
         if check:

@@ -237,9 +237,12 @@ class LearnerWorker(Inspectable):
             tied = tied_names(inner)
             keep = self.ranks is None or self.ranks.rank == 0
             buckets = bucketed(
-                (name, partial(gathered, tensor, keep))
-                for name, tensor in inner.state_dict().items()
-                if name not in tied
+                (
+                    (name, partial(gathered, tensor, keep))
+                    for name, tensor in inner.state_dict().items()
+                    if name not in tied
+                ),
+                self.cfg.pipeline.verify_pushes,
             )
             push = WeightPush(version, buckets if keep else [], [b.name for b in buckets])
         if self.cfg.pipeline.verify_pushes:

@@ -350,14 +350,15 @@ class HFEngine:
         self._next_version = version
 
     @torch.no_grad()
-    def update_bucket(self, weights: Mapping[str, torch.Tensor]) -> str:
-        """Copy `weights` in; the checksum of what the model now holds under their names (read back)."""
+    def update_bucket(self, weights: Mapping[str, torch.Tensor], check: bool = True) -> str:
+        """Copy `weights` in; with `check`, the checksum of what the model now holds under their names (read
+        back)."""
         state = self.model.state_dict()
         for name, tensor in weights.items():
             if name not in state:
                 raise ValueError(f"update_weights: unknown parameter {name!r} for this model")
             state[name].copy_(tensor)
-        return bucket_digest({n: state[n] for n in weights})
+        return bucket_digest({n: state[n] for n in weights}) if check else ""
 
     def update_adapters(self, adapters: AdapterWeights) -> None:
         self._adapter_base.merge_into(adapters, self.model.state_dict())

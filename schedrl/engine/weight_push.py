@@ -129,9 +129,10 @@ class WeightPush:
         return sum(t.numel() for b in self.buckets for t in b.weights.values())
 
 
-def bucketed(named: Iterable[tuple[str, Callable[[], torch.Tensor]]]) -> list[Bucket]:
+def bucketed(named: Iterable[tuple[str, Callable[[], torch.Tensor]]], check: bool = True) -> list[Bucket]:
     """Buckets of the weights `named` yields, in its order, each weight fetched by its callable when its
-    bucket is reached (a sharded learner gathers one bucket's parameters at a time)."""
+    bucket is reached (a sharded learner gathers one bucket's parameters at a time); with `check`, each
+    with its checksum."""
     order: list[str] = []
     names: dict[str, list[tuple[str, Callable[[], torch.Tensor]]]] = {}
     for name, get in named:
@@ -142,7 +143,7 @@ def bucketed(named: Iterable[tuple[str, Callable[[], torch.Tensor]]]) -> list[Bu
     out = []
     for b in order:
         weights = {n: get() for n, get in names[b]}
-        out.append(Bucket(b, weights, bucket_digest(weights)))
+        out.append(Bucket(b, weights, bucket_digest(weights) if check else ""))
     return out
 
 
@@ -214,9 +215,9 @@ class Receiver(Protocol):
 
     def start_weight_update(self, version: int) -> None: ...
 
-    def update_bucket(self, weights: Mapping[str, torch.Tensor]) -> str:
-        """Load `weights`; the checksum (`bucket_digest`) of what the engine now holds under their names,
-        or of what its loader took where it cannot read its weights back."""
+    def update_bucket(self, weights: Mapping[str, torch.Tensor], check: bool = True) -> str:
+        """Load `weights`; with `check`, the checksum (`bucket_digest`) of what the engine now holds under
+        their names, or of what its loader took where it cannot read its weights back."""
         ...
 
     def update_adapters(self, adapters: Any) -> None: ...
@@ -242,7 +243,7 @@ def receive(
     if push.adapters is not None:
         engine.update_adapters(push.adapters)
     for bucket in push.buckets:
-        held = engine.update_bucket(bucket.weights)
+        held = engine.update_bucket(bucket.weights, check)
         if check and held != bucket.sum:
             raise WeightPushError(
                 f"{name}: weight push of version {version}: bucket {bucket.name!r} holds other weights than "
