@@ -56,7 +56,7 @@ def bucket_of(name: str) -> str:
 def digest(tensors: Iterable[torch.Tensor]) -> str:
     h = hashlib.blake2b(digest_size=8)
     for t in tensors:
-        h.update(memoryview(t.detach().to("cpu", torch.float32).contiguous().numpy()).cast("B"))
+        h.update(t.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
     return h.hexdigest()
 
 
