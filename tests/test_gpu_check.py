@@ -16,17 +16,16 @@ def last_json(text: str) -> dict:
     return json.loads(next(line for line in reversed(text.splitlines()) if line.startswith("{")))
 
 
-def test_the_gpu_checks_run_dry_on_cpu(tmp_path):
+def dry_run(tmp_path, *flags: str) -> None:
+    """`bench/gpu_check.sh --dry` with `flags`, its logs in `tmp_path`; it must succeed."""
     env = {**os.environ, "PY": sys.executable, "OUT": str(tmp_path)}
-    done = subprocess.run(
-        ["bash", "bench/gpu_check.sh", "--dry"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
+    cmd = ["bash", "bench/gpu_check.sh", "--dry", *flags]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+
+
+def test_the_gpu_checks_run_dry_on_cpu(tmp_path):
+    dry_run(tmp_path)
     assert "cuda False" in (tmp_path / "device.txt").read_text()
     assert " passed" in (tmp_path / "contract.txt").read_text()
     small = last_json((tmp_path / "engine_throughput_small.txt").read_text())
@@ -39,16 +38,7 @@ def test_the_gpu_checks_run_dry_on_cpu(tmp_path):
 
 
 def test_the_learner_check_runs_dry_on_cpu(tmp_path):
-    env = {**os.environ, "PY": sys.executable, "OUT": str(tmp_path)}
-    done = subprocess.run(
-        ["bash", "bench/gpu_check.sh", "--learner", "--dry"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    dry_run(tmp_path, "--learner")
     result = last_json((tmp_path / "learner.txt").read_text())
     assert result["compute_dtype"] == "bfloat16" and result["gradient_checkpointing"]
     assert result["full"]["step_s"] > 0 and result["lora"]["peak_mb"] > 0
