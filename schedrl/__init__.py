@@ -8,6 +8,7 @@ schedrl.GRPOTrainer(model, reward_funcs, args=schedrl.GRPOConfig(...), train_dat
 
 from schedrl.api import Result, Trainer, train
 from schedrl.grpo import GRPOConfig, GRPOTrainer
+from schedrl.rewards import RewardModel
 
 __version__ = "0.1.0"
-__all__ = ["GRPOConfig", "GRPOTrainer", "Result", "Trainer", "__version__", "train"]
+__all__ = ["GRPOConfig", "GRPOTrainer", "Result", "RewardModel", "Trainer", "__version__", "train"]

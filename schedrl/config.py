@@ -44,6 +44,10 @@ class TaskConfig:
     env_timeout_s: float = 60.0  # an environment call (reset, step, close) past this ends its episode
     max_env_error_rate: float = 0.05  # stop when environments fail on more than this fraction of episodes
     max_turn_tokens: int | None = None  # budget of one model turn; None: what is left of max_new_tokens
+    # a reward model mixed with the task's rule reward (schedrl.rewards): {path (a local
+    # AutoModelForSequenceClassification directory), weight, rule_weight (both 1.0), batch_size, max_length,
+    # truncation (left | right), template (auto | chat | plain), normalize (none | running)}
+    reward_model: dict[str, Any] | None = None
 
 
 @dataclass

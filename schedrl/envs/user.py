@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import random
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +98,38 @@ def _reward_funcs(reward: Any, weights: Any) -> RewardFuncs:
                 "by name (a lambda, a closure, a function of __main__); continue it with "
                 "Trainer(...same objects...).train(resume=RUN_DIR)"
             )
-    funcs = [r if callable(r) else load_callable(r) for r in items]
+    funcs = [_reward_func(r) for r in items]
     return RewardFuncs(funcs, None if weights is None else [float(w) for w in weights])
+
+
+REWARD_MODEL_SETTINGS = ("batch_size", "max_length", "truncation", "template", "normalize", "device")
+
+
+def _reward_func(r: Any) -> Any:
+    """A callable; a dotted path to one; a reward model: `{reward_model: DIR, ...settings}` or a model
+    directory (`schedrl.rewards.RewardModel`)."""
+    if callable(r):
+        return r
+    if isinstance(r, Mapping):
+        if "reward_model" not in r:
+            raise ValueError(
+                f"reward {dict(r)!r}: a mapping names a reward model as {{reward_model: DIR, ...}}"
+            )
+        from schedrl.rewards import RewardModel
+
+        settings = {k: v for k, v in r.items() if k != "reward_model"}
+        unknown = sorted(set(settings) - set(REWARD_MODEL_SETTINGS))
+        if unknown:
+            raise ValueError(
+                f"reward model {r['reward_model']!r}: unknown setting(s) {', '.join(unknown)}; known: "
+                f"{', '.join(REWARD_MODEL_SETTINGS)}"
+            )
+        return RewardModel(r["reward_model"], **settings)
+    if isinstance(r, str | Path) and (Path(r) / "config.json").is_file():
+        from schedrl.rewards import RewardModel
+
+        return RewardModel(r)
+    return load_callable(str(r))
 
 
 class FileTask:

@@ -12,7 +12,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import PreTrainedModel
@@ -145,6 +145,17 @@ def make_learner(
     )
 
 
+def with_reward_model(source: TaskSource, spec: dict[str, Any]) -> TaskSource:
+    """`source` rewarded by its rule mixed with the reward model `spec` names (`task.reward_model`)."""
+    from schedrl.config import ConfigError
+    from schedrl.rewards.mixed import ModelRewarded
+
+    try:
+        return cast(TaskSource, ModelRewarded(source, spec))
+    except (ValueError, OSError) as err:
+        raise ConfigError(f"config field 'task.reward_model': {err}") from None
+
+
 def compute_dtype(cfg: RunConfig) -> torch.dtype:
     """`learner.compute_dtype` resolved: auto is bfloat16 on a GPU, float32 on a CPU."""
     name = cfg.learner.compute_dtype
@@ -198,6 +209,8 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False, source: TaskSource 
         path = run.root / REF_MODEL_DIR
     model, tokenizer = load_policy(cfg, path, device)
     source = source if source is not None else make_task(cfg.task.name, **cfg.task.args)
+    if cfg.task.reward_model is not None:
+        source = with_reward_model(source, cfg.task.reward_model)
     ref_model = None
     if cfg.algo.kl_coef > 0:
         ref_path = run.root / REF_MODEL_DIR
