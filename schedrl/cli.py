@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -186,6 +187,27 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return run_simulate(args, console)
 
 
+def cmd_rm(args: argparse.Namespace) -> int:
+    """train a reward model on preference pairs (JSONL: prompt, chosen, rejected, margin) into OUT/model"""
+    from schedrl.rewards.train_rm import RMConfig, train_reward_model
+
+    cfg = RMConfig(
+        data=args.data,
+        out=args.out,
+        model=args.model,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        use_margin=not args.no_margin,
+        eval_fraction=args.eval_fraction,
+        seed=args.seed,
+    )
+    result = train_reward_model(cfg, progress=True)
+    console.print(f"reward model in {args.out}/model: held-out accuracy {result['eval/accuracy']:.3f}")
+    print(json.dumps(result))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="schedrl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -259,6 +281,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --search: the staleness bound (default: the variant's k)",
     )
     simulate.set_defaults(fn=cmd_simulate)
+    rm = sub.add_parser("rm", help=cmd_rm.__doc__)
+    rm.add_argument("data", help="a JSONL file of preference pairs")
+    rm.add_argument("--out", required=True, help="the run directory (resumed if it holds checkpoints)")
+    rm.add_argument(
+        "--model", default=None, help="a model directory to start from (default: the tiny preset)"
+    )
+    rm.add_argument("--steps", type=int, default=300)
+    rm.add_argument("--batch-size", type=int, default=16)
+    rm.add_argument("--lr", type=float, default=1e-3)
+    rm.add_argument("--no-margin", action="store_true", help="ignore the pairs' margins")
+    rm.add_argument("--eval-fraction", type=float, default=0.1)
+    rm.add_argument("--seed", type=int, default=0)
+    rm.set_defaults(fn=cmd_rm)
     compare = sub.add_parser("compare", help=cmd_compare.__doc__)
     compare.add_argument("run_dirs", nargs="+")
     compare.add_argument("--out", default="compare.html")
