@@ -34,7 +34,9 @@ from typing import Any
 from schedrl.timeline import TIMELINE_FILE, busy_fractions, read_spans
 from schedrl.training.run_dir import read_metrics
 
-SECTIONS = ("rewards", "eval", "lengths", "staleness", "schedulers", "timeline", "throughput", "config")
+SECTIONS = (
+    "rewards", "overoptimisation", "eval", "lengths", "staleness", "schedulers", "timeline", "throughput", "config",
+)  # fmt: skip
 COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B2", "#937860", "#DA8BC3", "#8C8C8C")
 # The engine work of one step's episodes, per step: counter differences over the step's episodes
 # (EpisodeRunner.last_stats) and the most tokens cached during them.
@@ -140,6 +142,35 @@ def rewards_section(runs: Sequence[Run]) -> Section:
             lines.append((f"{run.name}: reward per step", xs, ys))
     n = _lines(ax, lines, "training reward", "reward")
     return Section("rewards", "Reward", _svg(fig), n)
+
+
+def overoptimisation_section(runs: Sequence[Run]) -> Section:
+    """A reward model's score and the task's rule reward against KL from the start (Gao et al.'s curve),
+    for runs rewarded by a reward model (`task.reward_model`) with a KL term logged."""
+    fig, (ax,) = _axes()
+    lines = []
+    for run in runs:
+        models = [k for k in run.keys("rewards/reward_model_") if k.endswith("/mean")]
+        if not models or not run.keys("kl"):
+            continue
+        steps_kl = dict(zip(*run.series("kl"), strict=True))
+        for key, label in (
+            (models[0], "reward model's score"),
+            ("rewards/rule/mean", "rule's reward (true)"),
+        ):
+            xs, ys = run.series(key)
+            pts = sorted((steps_kl[x], y) for x, y in zip(xs, ys, strict=True) if x in steps_kl)
+            w = max(1, len(pts) // 20)
+            lines.append((f"{run.name}: {label}", [p[0] for p in pts], _moving([p[1] for p in pts], w)))
+    n = _lines(ax, lines, "reward against KL from the start (moving averages)", "reward")
+    ax.set_xlabel("KL from the start (per token)")
+    if not n:
+        return _empty(
+            "overoptimisation",
+            "Over-optimisation",
+            "no reward model and KL were logged (task.reward_model, algo.kl_coef)",
+        )
+    return Section("overoptimisation", "Over-optimisation", _svg(fig), n)
 
 
 def eval_section(runs: Sequence[Run]) -> Section:
@@ -359,6 +390,7 @@ def config_section(runs: Sequence[Run]) -> Section:
 
 BUILDERS = {
     "rewards": rewards_section,
+    "overoptimisation": overoptimisation_section,
     "eval": eval_section,
     "lengths": lengths_section,
     "staleness": staleness_section,

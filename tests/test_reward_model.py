@@ -155,3 +155,25 @@ def test_a_bad_reward_model_setting_names_the_field(tmp_path, rm_dir):
         ConfigError, match=r"'task.reward_model': unknown key\(s\) weigth; known: path, weight"
     ):
         schedrl.train({"out_dir": str(tmp_path), "task": task, "sft": {"steps": 1}})
+
+
+def test_the_kl_reference_is_the_policy_rl_starts_from(tmp_path):
+    """With `algo.kl_coef`, the reference is the model after the SFT warm-up: the first update's KL is ~0,
+    and the saved reference equals checkpoint 0's policy."""
+    from safetensors.torch import load_file
+
+    import schedrl
+    from schedrl.training.run_dir import read_metrics
+
+    cfg = {
+        "steps": 1, "save_every": 0, "out_dir": str(tmp_path), "name": "kl", "sft": {"steps": 20},
+        "eval": {"tasks": 0}, "min_start_reward": 0.0, "logging": {"backends": ["jsonl"]},
+        "algo": {"kl_coef": 0.1}, "task": {"name": "sort", "args": {"min_len": 2, "max_len": 3}},
+    }  # fmt: skip
+    schedrl.train(cfg)
+    run = tmp_path / "kl"
+    [row] = [r for r in read_metrics(run / "metrics.jsonl") if "loss" in r]
+    assert abs(row["kl"]) < 1e-6  # one update, on-policy: the policy is still its reference
+    ref = load_file(run / "ref_model" / "model.safetensors")
+    start = load_file(run / "checkpoints" / "step_000000" / "model" / "model.safetensors")
+    assert all(torch.equal(ref[k], start[k]) for k in start)

@@ -74,6 +74,11 @@ def test_the_report_holds_every_section_with_data(runs, capsys):
     sections = _parse(page).found
     assert list(sections) == list(SECTIONS)
     for key, s in sections.items():
+        if (
+            key == "overoptimisation"
+        ):  # no reward model in this run: the section says so (test_rlhf_demo draws it)
+            assert s["points"] == 0 and "no reward model" in page
+            continue
         assert s["plot"] and s["points"] > 0, (key, s)
     assert not re.search(r"(src|href)=[\"']?https?:", page)  # nothing fetched: no network needed
     # the synchronous loop has no staleness: that section says so instead of plotting nothing
@@ -126,8 +131,8 @@ def test_the_report_renders_in_a_real_browser_without_console_errors(runs, tmp_p
     parsed = _parse(dom)
     assert parsed.ready, "the page's script did not run"
     assert set(parsed.found) == set(SECTIONS) and all(
-        s["points"] > 0 and s["plot"] for s in parsed.found.values()
-    )
+        s["points"] > 0 and s["plot"] for key, s in parsed.found.items() if key != "overoptimisation"
+    )  # no reward model in this run
     image = Image.open(tmp_path / "shot.png").convert("L")
     assert image.size[0] >= 1000 and ImageStat.Stat(image).stddev[0] > 5, "the screenshot is blank"
     # the console check catches a script error: a page with one fails it

@@ -70,7 +70,7 @@ def run_eval(c: Components) -> dict[str, float]:
     return evaluate(
         c.engine,
         c.tokenizer,
-        c.source,
+        getattr(c.source, "rule_source", c.source),  # a reward model trains; the task's rule judges
         n_tasks=e.tasks,
         k=e.k,
         temperature=e.temperature,

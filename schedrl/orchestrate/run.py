@@ -27,6 +27,8 @@ def warm_start(c: Components, on_sft_step: StepCallback | None = None) -> None:
         (lambda s, loss: on_sft_step(s, {"sft_loss": loss})) if on_sft_step else None,
     )
     c.engine.update_weights(c.model.state_dict(), version=0)
+    if c.learner.ref_model is not None:  # the KL term's reference is the policy RL starts from, after SFT
+        c.learner.ref_model.load_state_dict(c.model.state_dict())
     save_ref_model(c)
     c.state["eval_before"] = run_eval(c)
     row = {f"eval/{k}": v for k, v in c.state["eval_before"].items()}

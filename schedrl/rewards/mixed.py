@@ -38,7 +38,14 @@ class ModelRewarded:
         self.model = RewardModel(spec["path"], **settings)
         self.source = source
 
+    @property
+    def rule_source(self) -> TaskSource:
+        """The task with its own reward: what held-out evaluation scores by (accuracy is the rule's verdict)."""
+        return self.source
+
     def __getattr__(self, name: str) -> Any:
+        if name == "source":  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
         return getattr(self.source, name)
 
     def reward_batch(

@@ -148,7 +148,7 @@ def train_reward_model(cfg: RMConfig, progress: bool = False) -> dict[str, float
     for step in steps:
         batch = [train[i] for i in batch_at(step, len(train), cfg.batch_size, cfg.seed)]
         loss, metrics = pair_loss(model, tokenizer, batch, cfg)
-        if not math.isfinite(float(loss)):
+        if not math.isfinite(loss.item()):
             raise FloatingPointError(f"rm: the loss at step {step + 1} is {float(loss)}")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
