@@ -6,9 +6,22 @@ schedrl.Trainer(model, tokenizer, reward_funcs=..., train_dataset=...).train()
 schedrl.GRPOTrainer(model, reward_funcs, args=schedrl.GRPOConfig(...), train_dataset=...)  # TRL's names
 """
 
+from typing import TYPE_CHECKING
+
 from schedrl.api import Result, Trainer, train
 from schedrl.grpo import GRPOConfig, GRPOTrainer
-from schedrl.rewards import RewardModel
+
+if TYPE_CHECKING:
+    from schedrl.rewards import RewardModel
 
 __version__ = "0.1.0"
 __all__ = ["GRPOConfig", "GRPOTrainer", "Result", "RewardModel", "Trainer", "__version__", "train"]
+
+
+def __getattr__(name: str):
+    """`schedrl.RewardModel`, imported when first asked for (it loads torch and transformers)."""
+    if name == "RewardModel":
+        from schedrl.rewards import RewardModel
+
+        return RewardModel
+    raise AttributeError(f"module 'schedrl' has no attribute {name!r}")
