@@ -247,7 +247,7 @@ def test_a_push_to_vllm_is_checked_bucket_by_bucket_and_by_the_probe(model, othe
         }  # version 1's, checksums of 2's
         with pytest.raises(WeightPushError, match=r"version 2: bucket 'layers.0' holds other weights"):
             receive(engine, stale, 2)
-        engine.update_bucket = lambda weights: (
+        engine.update_bucket = lambda weights, check=True: (
             stale.buckets[0].sum
             if "model.norm.weight" in weights
             else next(b.sum for b in stale.buckets if set(b.weights) == set(weights))
