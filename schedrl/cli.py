@@ -208,6 +208,30 @@ def cmd_rm(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dpo(args: argparse.Namespace) -> int:
+    """train a policy on preference pairs by DPO (the offline baseline to RL on a reward model) into OUT/model"""
+    from schedrl.rewards.dpo import DPOConfig, train_dpo
+
+    cfg = DPOConfig(
+        data=args.data,
+        out=args.out,
+        model=args.model,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        beta=args.beta,
+        loss_type=args.loss_type,
+        eval_fraction=args.eval_fraction,
+        seed=args.seed,
+    )
+    result = train_dpo(cfg, progress=True)
+    console.print(
+        f"policy in {args.out}/model: held-out implicit-reward accuracy {result['eval/accuracy']:.3f}"
+    )
+    print(json.dumps(result))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="schedrl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -294,6 +318,20 @@ def build_parser() -> argparse.ArgumentParser:
     rm.add_argument("--eval-fraction", type=float, default=0.1)
     rm.add_argument("--seed", type=int, default=0)
     rm.set_defaults(fn=cmd_rm)
+    dpo = sub.add_parser("dpo", help=cmd_dpo.__doc__)
+    dpo.add_argument("data", help="a JSONL file of preference pairs")
+    dpo.add_argument("--out", required=True, help="the run directory (resumed if it holds checkpoints)")
+    dpo.add_argument(
+        "--model", help="the policy to start from (e.g. `schedrl sft`'s output); also the reference"
+    )
+    dpo.add_argument("--steps", type=int, default=300)
+    dpo.add_argument("--batch-size", type=int, default=16)
+    dpo.add_argument("--lr", type=float, default=1e-4)
+    dpo.add_argument("--beta", type=float, default=0.1)
+    dpo.add_argument("--loss-type", default="sigmoid", help="sigmoid (DPO), hinge (SLiC) or ipo")
+    dpo.add_argument("--eval-fraction", type=float, default=0.1)
+    dpo.add_argument("--seed", type=int, default=0)
+    dpo.set_defaults(fn=cmd_dpo)
     compare = sub.add_parser("compare", help=cmd_compare.__doc__)
     compare.add_argument("run_dirs", nargs="+")
     compare.add_argument("--out", default="compare.html")

@@ -18,7 +18,8 @@ from safetensors.torch import load_file
 
 from schedrl.rewards import RewardModel
 from schedrl.rewards.preferences import bradley_terry_loss, read_pairs
-from schedrl.rewards.train_rm import RMConfig, batch_at, train_reward_model
+from schedrl.rewards.pair_runs import batch_at
+from schedrl.rewards.train_rm import RMConfig, train_reward_model
 
 
 def sorted_pairs(path, n: int = 400, seed: int = 0) -> None:

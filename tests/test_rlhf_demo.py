@@ -20,7 +20,9 @@ def test_mistakes_are_wrong_and_of_every_kind():
     for t in tasks:
         wrong = mistake(t, rng)
         assert wrong != t.answer
-        if sorted(wrong) == sorted(t.answer):
+        if not wrong.isdigit():
+            kinds.add("not digits")
+        elif sorted(wrong) == sorted(t.answer):
             kinds.add("order")
         elif not set(wrong) <= set(t.prompt):
             kinds.add("changed or unrelated")
@@ -30,7 +32,7 @@ def test_mistakes_are_wrong_and_of_every_kind():
             kinds.add("repeated")
         else:
             kinds.add("changed or unrelated")
-    assert kinds == {"order", "dropped", "repeated", "changed or unrelated"}
+    assert kinds == {"order", "dropped", "repeated", "changed or unrelated", "not digits"}
 
 
 def test_the_pairs_read_back(tmp_path):

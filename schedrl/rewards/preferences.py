@@ -83,3 +83,47 @@ def bradley_terry_loss(
     with torch.no_grad():
         metrics = {"accuracy": float((diff > 0).float().mean()), "margin": float(diff.mean())}
     return loss, metrics
+
+
+DPO_LOSSES = ("sigmoid", "hinge", "ipo")
+
+
+def dpo_loss(
+    chosen_logps: torch.Tensor,
+    rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+    beta: float,
+    loss_type: str = "sigmoid",
+    chosen_tokens: torch.Tensor | None = None,
+    rejected_tokens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """DPO's loss, the mean over pairs, on each side's summed completion log-probs under the policy and the
+    reference. With d = (chosen - ref_chosen) - (rejected - ref_rejected): `sigmoid` (DPO) is
+    -log sigmoid(beta d); `hinge` (SLiC) relu(1 - beta d); `ipo` (1 / 2 beta - d')^2 where d' divides each
+    side's log-ratio by its completion's tokens (TRL's normalisation, which IPO's authors confirmed). The
+    metrics are TRL's: the implicit rewards beta x log-ratio of each side, their margin and accuracy."""
+    if loss_type not in DPO_LOSSES:
+        raise ValueError(f"loss_type must be one of {', '.join(DPO_LOSSES)}, got {loss_type!r}")
+    if beta <= 0:
+        raise ValueError(f"beta must be positive, got {beta!r}")
+    chosen_ratio, rejected_ratio = chosen_logps - ref_chosen_logps, rejected_logps - ref_rejected_logps
+    delta = chosen_ratio - rejected_ratio
+    if loss_type == "sigmoid":
+        per_pair = -F.logsigmoid(beta * delta)
+    elif loss_type == "hinge":
+        per_pair = torch.relu(1 - beta * delta)
+    else:
+        if chosen_tokens is None or rejected_tokens is None:
+            raise ValueError("the ipo loss needs each side's completion token counts")
+        d = chosen_ratio / chosen_tokens.clamp(min=1) - rejected_ratio / rejected_tokens.clamp(min=1)
+        per_pair = (d - 1 / (2 * beta)) ** 2
+    with torch.no_grad():
+        chosen_reward, rejected_reward = beta * chosen_ratio, beta * rejected_ratio
+        metrics = {
+            "accuracy": float((chosen_reward > rejected_reward).float().mean()),
+            "rewards/chosen": float(chosen_reward.mean()),
+            "rewards/rejected": float(rejected_reward.mean()),
+            "rewards/margin": float((chosen_reward - rejected_reward).mean()),
+        }
+    return per_pair.mean(), metrics

@@ -3,8 +3,8 @@ trained on them, GRPO against the reward model, judged by the rule itself.
 
 The hidden rule is the `sort` task's: the answer is the prompt's digits in order. Preference pairs are
 drawn from training prompts: the chosen side is the sorted answer, the rejected side a plausible mistake
-(the digits in another order, one digit changed, dropped or repeated, or unrelated digits). A reward model learns the
-pairs (`schedrl rm`), then the policy is trained by GRPO with the reward model's score as its only
+(the digits in another order, one digit changed, dropped or repeated, unrelated digits, or characters
+that are not digits). A reward model learns the pairs (`schedrl rm`), then the policy is trained by GRPO with the reward model's score as its only
 reward (`task.reward_model` with `rule_weight: 0`) and a small KL penalty to its start, whose value is
 logged each step: the over-optimisation curve (the reward model's score and the rule's reward against
 KL from the start, Gao et al.) is in the run's metrics and its report. A second run trains on the rule
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+import string
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +25,24 @@ from schedrl.envs.base import Task
 SORT = {"name": "sort", "args": {"min_len": 2, "max_len": 3}}
 
 
+# what a policy can write besides digits: any printable character of the char tokenizer
+NOISE = string.digits + string.ascii_letters + string.punctuation + " "
+
+
 def mistake(task: Task, rng: random.Random) -> str:
-    """A wrong answer of one of five kinds: another order, a digit changed, dropped or repeated, or digits
-    unrelated to the prompt (what an untrained policy says)."""
+    """A wrong answer of one of six kinds: another order, a digit changed, dropped or repeated, digits
+    unrelated to the prompt (what an untrained policy says), or characters that are not all digits (what
+    a policy drifting from its start says: a reward model that never saw them scores them at random, and
+    GRPO finds the ones it scores high)."""
     answer = task.answer
     digits = list(answer)
     for _ in range(20):
-        kind = rng.randrange(5)
+        kind = rng.randrange(6)
+        if kind == 5:
+            wrong = [rng.choice(NOISE) for _ in range(rng.randint(1, 4))]
+            if any(c not in string.digits for c in wrong):
+                return "".join(wrong)
+            continue
         if kind == 4:
             wrong = [rng.choice("0123456789") for _ in range(rng.randint(1, 4))]
             if "".join(wrong) != answer:
