@@ -88,6 +88,20 @@ def test_running_normalisation_in_closed_form(rm_dir):
     assert n1 == pytest.approx([(x - m1) / s1 for x in r1], abs=1e-6)
 
 
+def test_group_normalisation_in_closed_form(rm_dir):
+    raw = RewardModel(rm_dir)
+    rm = RewardModel(rm_dir, normalize="group")
+    prompts, completions = ["a", "b", "a", "a", "c", "b"], ["1", "22", "333", "4", "5", "66"]
+    r, n = raw(prompts, completions), rm(prompts, completions)
+    for p in set(prompts):
+        idx = [i for i, q in enumerate(prompts) if q == p]
+        group = [r[i] for i in idx]
+        for i in idx:
+            want = 0.0 if len(idx) == 1 else (r[i] - statistics.fmean(group)) / statistics.pstdev(group)
+            assert n[i] == pytest.approx(want, abs=1e-6)
+    assert n[4] == 0.0 and n[0] != 0.0
+
+
 def test_a_reward_model_mixes_with_a_rule_by_weight(rm_dir):
     def exact(task, completion):
         return float(completion == task.answer)
@@ -122,7 +136,7 @@ def test_bad_reward_models_are_named(tmp_path):
     with pytest.raises(ValueError, match=r"truncation must be one of left, right, got 'middle'"):
         RewardModel(two, truncation="middle")
     rows = [{"id": "a", "prompt": "p", "answer": "x"}]
-    with pytest.raises(ValueError, match=r"unknown setting\(s\) batch; known: batch_size"):
+    with pytest.raises(ValueError, match=r"unknown key\(s\) batch; known: reward_model, batch_size"):
         FileTask(rows=rows, reward=[{"reward_model": str(two), "batch": 4}])
 
 
@@ -152,7 +166,8 @@ def test_a_bad_reward_model_setting_names_the_field(tmp_path, rm_dir):
 
     task = {"name": "addition", "reward_model": {"path": str(rm_dir), "weigth": 0.5}}
     with pytest.raises(
-        ConfigError, match=r"'task.reward_model': unknown key\(s\) weigth; known: path, weight"
+        ConfigError,
+        match=r"'task.reward_model': unknown key\(s\) weigth; known: path, batch_size.*, weight, rule_weight",
     ):
         schedrl.train({"out_dir": str(tmp_path), "task": task, "sft": {"steps": 1}})
 

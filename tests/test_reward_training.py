@@ -17,8 +17,8 @@ import torch
 from safetensors.torch import load_file
 
 from schedrl.rewards import RewardModel
-from schedrl.rewards.preferences import bradley_terry_loss, read_pairs
 from schedrl.rewards.pair_runs import batch_at
+from schedrl.rewards.preferences import bradley_terry_loss, read_pairs
 from schedrl.rewards.train_rm import RMConfig, train_reward_model
 
 

@@ -102,29 +102,19 @@ def _reward_funcs(reward: Any, weights: Any) -> RewardFuncs:
     return RewardFuncs(funcs, None if weights is None else [float(w) for w in weights])
 
 
-REWARD_MODEL_SETTINGS = ("batch_size", "max_length", "truncation", "template", "normalize", "device")
-
-
 def _reward_func(r: Any) -> Any:
     """A callable; a dotted path to one; a reward model: `{reward_model: DIR, ...settings}` or a model
-    directory (`schedrl.rewards.RewardModel`)."""
+    directory (`schedrl.rewards.RewardModel`); a generative judge: `{judge: DIR, template: ..., ...}`
+    (`schedrl.rewards.judge.Judge`)."""
     if callable(r):
         return r
     if isinstance(r, Mapping):
-        if "reward_model" not in r:
-            raise ValueError(
-                f"reward {dict(r)!r}: a mapping names a reward model as {{reward_model: DIR, ...}}"
-            )
-        from schedrl.rewards import RewardModel
+        from schedrl.rewards.mixed import build_scorer
 
-        settings = {k: v for k, v in r.items() if k != "reward_model"}
-        unknown = sorted(set(settings) - set(REWARD_MODEL_SETTINGS))
-        if unknown:
-            raise ValueError(
-                f"reward model {r['reward_model']!r}: unknown setting(s) {', '.join(unknown)}; known: "
-                f"{', '.join(REWARD_MODEL_SETTINGS)}"
-            )
-        return RewardModel(r["reward_model"], **settings)
+        try:
+            return build_scorer(r, "reward_model")
+        except ValueError as err:
+            raise ValueError(f"reward {dict(r)!r}: {err}") from None
     if isinstance(r, str | Path) and (Path(r) / "config.json").is_file():
         from schedrl.rewards import RewardModel
 

@@ -14,7 +14,10 @@ or TRL's `GRPOTrainer` shape. What it does, stated:
 - **Score.** The head's single logit at the last non-padding token (transformers' sequence
   classification), as a float.
 - **Normalisation.** `none`; `running`: minus the running mean over every score so far, over the running
-  standard deviation (Welford; the first batch sets them), as TRL's and OpenRLHF's reward normalisers do.
+  standard deviation (Welford; the first batch sets them), as TRL's and OpenRLHF's reward normalisers do;
+  `group`: minus the mean over the call's samples of the same prompt, over their standard deviation (a
+  prompt sampled once scores 0). GRPO's advantage normalises per group anyway; this puts the model's
+  score on one scale before it is mixed with a rule reward by weight.
 
 Bad input is refused naming the directory: a head that is not a single score (`num_labels` != 1), a
 tokenizer without a pad token, a chat prompt for a tokenizer without a chat template.
@@ -29,9 +32,11 @@ from typing import Any
 
 import torch
 
+from schedrl.rewards.judge import plain_text
+
 TRUNCATION = ("left", "right")
 TEMPLATES = ("auto", "chat", "plain")
-NORMALIZE = ("none", "running")
+NORMALIZE = ("none", "running", "group")
 
 
 class RunningStats:
@@ -111,7 +116,7 @@ class RewardModel:
         """What the model reads for one sample."""
         chat = isinstance(prompt, list) if self.template == "auto" else self.template == "chat"
         if not chat:
-            return _plain(prompt) + _plain(completion)
+            return plain_text(prompt) + plain_text(completion)
         if not getattr(self.tokenizer, "chat_template", None):
             raise ValueError(
                 f"reward model {str(self.path)!r}: a chat prompt, but its tokenizer has no chat template"
@@ -145,10 +150,15 @@ class RewardModel:
         if self.normalize == "running":
             self.stats.update(scores)
             scores = [(s - self.stats.mean) / (self.stats.std + 1e-8) for s in scores]
+        elif self.normalize == "group":
+            groups: dict[str, list[int]] = {}
+            for i, p in enumerate(prompts):
+                groups.setdefault(repr(p), []).append(i)
+            out = [0.0] * len(scores)
+            for members in groups.values():
+                stats = RunningStats()
+                stats.update([scores[i] for i in members])
+                for i in members:
+                    out[i] = (scores[i] - stats.mean) / (stats.std + 1e-8) if stats.n > 1 else 0.0
+            scores = out
         return scores
-
-
-def _plain(x: Any) -> str:
-    if isinstance(x, list):  # messages as plain text: their contents in order
-        return "".join(str(m.get("content", "")) for m in x)
-    return str(x)
