@@ -207,6 +207,12 @@ class PipelineConfig:
     # the largest |engine - learner| log-prob the probe accepts; None: 1e-3, or 5e-2 where the learner or the
     # engines compute in bfloat16 (learner.compute_dtype, model.dtype)
     probe_tol: float | None = None
+    # where samples are scored (a reward model's device and cores): driver (this process, as samples come
+    # back), colocated (in each engine worker, between its engine steps, on its cores and device) or
+    # separate (a reward worker of its own: a thread, or a Ray actor of reward_cpus, scoring while the
+    # engines decode). The synchronous mode runs its engine here: driver and colocated are the same there
+    reward_placement: Literal["driver", "colocated", "separate"] = "driver"
+    reward_cpus: float = 1.0  # the separate reward worker's Ray CPUs
 
 
 @dataclass
@@ -475,7 +481,7 @@ def _validate_schedule(s: Schedule, where: str = "schedule") -> None:
 
 
 def _validate_pipeline(p: PipelineConfig) -> None:
-    for name in ("engine_chunk_steps", "num_engines", "engine_cpus", "learner_cpus"):
+    for name in ("engine_chunk_steps", "num_engines", "engine_cpus", "learner_cpus", "reward_cpus"):
         if getattr(p, name) <= 0:
             raise ConfigError(f"config field 'pipeline.{name}' must be > 0, got {getattr(p, name)!r}")
 

@@ -17,6 +17,7 @@ COLORS = {
     "generate": "#4C72B0",
     "prefill": "#8172B2",
     "decode": "#64B5CD",
+    "reward": "#55A868",
     "train": "#DD8452",
     "weight-sync": "#C44E52",
     "wait": "#DDDDDD",

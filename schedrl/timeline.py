@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 TIMELINE_FILE = "timeline.jsonl"  # in the run directory
-KINDS = ("generate", "prefill", "decode", "train", "weight-sync", "wait")
+KINDS = ("generate", "prefill", "decode", "reward", "train", "weight-sync", "wait")
 BUSY = frozenset(KINDS) - {"wait"}
 MERGE_GAP_S = 1e-3
 

@@ -144,6 +144,10 @@ class Sample:
     turns: tuple[int, ...] | None = None
     # ... and the reward of each model turn (what the environment returned for it; they sum to `reward`)
     turn_rewards: tuple[float, ...] | None = None
+    # set by the reward scorer wherever it ran (the driver, the engine worker, a reward worker), for the
+    # driver to count: what went wrong (the sample then scores 0), and the scoring call's batch metrics
+    reward_error: str | None = None
+    reward_metrics: tuple[tuple[str, float], ...] | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -32,7 +32,7 @@ from typing import Any, Concatenate, ParamSpec
 from schedrl.config import RunConfig
 from schedrl.contracts.workers import Backend
 from schedrl.distributed.errors import InputLostError, WorkerDiedError, WorkerStuckError
-from schedrl.distributed.workers import EngineWorker, LearnerWorker
+from schedrl.distributed.workers import EngineWorker, LearnerWorker, RewardWorker
 from schedrl.registry import Registry
 
 P = ParamSpec("P")
@@ -113,9 +113,14 @@ class LocalBackend:
         """One process, one call at a time: the placement does not apply."""
         return cls()
 
-    def start_engine(self, cfg: RunConfig, weights: Any, version: int, index: int = 0) -> EngineWorker:
+    def start_engine(
+        self, cfg: RunConfig, weights: Any, version: int, index: int = 0, reward_source: Any = None
+    ) -> EngineWorker:
         name = worker_name(index, cfg.pipeline.num_engines)
-        return EngineWorker(cfg, self._resolve(weights), version, name=name)
+        return EngineWorker(cfg, self._resolve(weights), version, name=name, reward_source=reward_source)
+
+    def start_reward(self, cfg: RunConfig, source: Any) -> RewardWorker:
+        return RewardWorker(source)
 
     def start_learner(self, cfg: RunConfig, run_root: str, checkpoint: str | None) -> LearnerWorker:
         from schedrl.distributed.learner_ranks import learner_class
@@ -228,10 +233,17 @@ class ThreadBackend:
         self.workers.append(worker)
         return worker
 
-    def start_engine(self, cfg: RunConfig, weights: Any, version: int, index: int = 0) -> _ThreadWorker:
+    def start_engine(
+        self, cfg: RunConfig, weights: Any, version: int, index: int = 0, reward_source: Any = None
+    ) -> _ThreadWorker:
         name = worker_name(index, self.num_engines)
         cores = self.engine_cores[index]
-        return self.start_worker(name, EngineWorker, cfg, self._resolve(weights), version, cores, 1, name)
+        args = (cfg, self._resolve(weights), version, cores, 1, name, reward_source)
+        return self.start_worker(name, EngineWorker, *args)
+
+    def start_reward(self, cfg: RunConfig, source: Any) -> _ThreadWorker:
+        """The reward worker's thread, on no cores of its own: it shares them with the others."""
+        return self.start_worker("reward", RewardWorker, source, None, 1)
 
     def start_learner(self, cfg: RunConfig, run_root: str, checkpoint: str | None) -> _ThreadWorker:
         from schedrl.distributed.learner_ranks import learner_class
@@ -383,11 +395,21 @@ class RayBackend:
             options["label_selector"] = {NODE_LABEL: node}
         return self.ray.remote(**options)(cls)
 
-    def start_engine(self, cfg: RunConfig, weights: Any, version: int, index: int = 0):
+    def start_engine(
+        self, cfg: RunConfig, weights: Any, version: int, index: int = 0, reward_source: Any = None
+    ):
         actor = self._actor(EngineWorker, self.engine_ask, cfg.pipeline.engine_node)
         name = worker_name(index, self.num_engines)
-        handle = actor.remote(cfg, weights, version, self.engine_cores[index], self.engine_cpus, name)
+        cores = self.engine_cores[index]
+        handle = actor.remote(cfg, weights, version, cores, self.engine_cpus, name, reward_source)
         return self._named(name, handle)
+
+    def start_reward(self, cfg: RunConfig, source: Any):
+        """The reward worker as an actor of `pipeline.reward_cpus` CPUs (on the engines' node, if named),
+        unpinned: its task (and reward model) is pickled to it."""
+        p = cfg.pipeline
+        actor = self._actor(RewardWorker, p.reward_cpus, p.engine_node)
+        return self._named("reward", actor.remote(source, None, max(1, math.ceil(p.reward_cpus))))
 
     def start_learner(self, cfg: RunConfig, run_root: str, checkpoint: str | None):
         """The learner actor; with `learner.ranks` > 1 its ranks are actors of their own, in a placement

@@ -87,6 +87,9 @@ def gathered(tensor: torch.Tensor, keep: bool) -> torch.Tensor:
     return whole.to("cpu", copy=True) if keep else torch.empty(0)
 
 
+MAX_TASKS_KEPT = 4096  # tasks a colocated scorer keeps for the samples it may still score
+
+
 class EngineWorker(Inspectable):
     """An `HFEngine` stepped in chunks; takes new weights between chunks (between decode steps)."""
 
@@ -98,7 +101,10 @@ class EngineWorker(Inspectable):
         cores=None,
         threads=None,
         name: str = "engine",
+        reward_source: Any = None,
     ):
+        """`reward_source` (`pipeline.reward_placement: colocated`): the task whose reward this worker
+        computes for its finished samples, between engine steps, on its own cores and device."""
         # imported here, to keep this module light to import
         from schedrl.orchestrate.build import load_policy, make_engine
 
@@ -118,12 +124,22 @@ class EngineWorker(Inspectable):
             assert runner is not None
             self.engine: Any = EpisodeEngine(runner)
         self.timeline = Recorder(name)
+        self.scorer = None
+        if reward_source is not None:
+            from schedrl.envs.scoring import RewardScorer
+
+            self.scorer = RewardScorer(reward_source, max_error_rate=1.0)  # the driver counts and judges
+        self.tasks: dict = {}  # id -> Task of the requests queued here, for the colocated scorer
 
     def add(self, requests: Sequence[Request], tasks: dict | None = None) -> None:
         """Queue `requests`; `tasks` (id -> Task) are the tasks of multi-turn episodes among them."""
         set_tasks = getattr(self.engine, "set_tasks", None)
         if tasks is not None and set_tasks is not None:
             set_tasks(tasks)
+        if tasks is not None and self.scorer is not None:
+            self.tasks.update(tasks)
+            if len(self.tasks) > MAX_TASKS_KEPT:  # the oldest go; a sample of one is scored by the driver
+                self.tasks = dict(list(self.tasks.items())[len(self.tasks) // 2 :])
         for r in requests:
             self.engine.add(r)
 
@@ -135,10 +151,31 @@ class EngineWorker(Inspectable):
                 break
             waiting = self.engine.num_waiting
             start = time.time()
-            finished += self.engine.step()
+            done = self.engine.step()
             kind = "prefill" if self.engine.num_waiting < waiting else "decode"
             self.timeline.add(kind, start, time.time())
+            finished += self._score(done) if self.scorer is not None and done else done
         return finished
+
+    def _score(self, samples: list[Sample]) -> list[Sample]:
+        """Colocated rewards: the finished samples scored here, before the next engine step; a cut sample,
+        an episode's (scored by its environment) or one whose task is unknown here goes back unscored, for
+        the driver to score."""
+        assert self.scorer is not None
+        todo = [
+            i
+            for i, s in enumerate(samples)
+            if s.finish_reason != "aborted" and s.reward is None and s.task_id in self.tasks
+        ]
+        if not todo:
+            return samples
+        start = time.time()
+        scored = self.scorer.score(self.tasks, [samples[i] for i in todo])
+        self.timeline.add("reward", start, time.time())
+        out = list(samples)
+        for i, s in zip(todo, scored, strict=True):
+            out[i] = s
+        return out
 
     def abort(self, request_ids: Sequence[str]) -> list[Sample]:
         """Abandon these requests where they are still waiting or running (tail batching's spares and
@@ -182,6 +219,26 @@ class EngineWorker(Inspectable):
         close = getattr(self._base, "close", None)
         if close is not None:
             close()
+
+
+class RewardWorker(Inspectable):
+    """`pipeline.reward_placement: separate`: a worker of its own that scores finished samples (its reward
+    model on its own cores and device) while the engines go on decoding."""
+
+    def __init__(self, source: Any, cores=None, threads=None) -> None:
+        from schedrl.envs.scoring import RewardScorer
+
+        pin(cores, threads)
+        self.scorer = RewardScorer(source, max_error_rate=1.0)  # the driver counts and judges
+        self.timeline = Recorder("reward")
+
+    def score(self, tasks: dict, samples: list[Sample]) -> list[Sample]:
+        """`samples` with their rewards, errors and the scoring call's metrics (`RewardScorer.score`)."""
+        with self.timeline.span("reward"):
+            return self.scorer.score(tasks, samples)
+
+    def spans(self) -> list[Span]:
+        return self.timeline.drain()
 
 
 def train_step(learner: Any, pad_id: int, batch: LearnerBatch, step: int) -> dict[str, float]:

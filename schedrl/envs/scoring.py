@@ -6,6 +6,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from schedrl.envs.base import Task, TaskSource
 from schedrl.types import Sample, task_of
@@ -25,7 +26,12 @@ class RewardScorer:
     `reward_batch(tasks, completions, completion_ids) -> (rewards, metrics, errors)` (batch reward
     functions, as TRL's) is scored in one call: a sample with an error scores 0 and is counted, and if
     the call raises, every sample of it does.
-    `take_metrics()` gives the batch metrics' means since the last call."""
+    `take_metrics()` gives the batch metrics' means since the last call.
+
+    Scoring and counting are two steps, so scoring can run where the reward is placed
+    (`pipeline.reward_placement`: an engine worker or a reward worker) and counting where the run is
+    watched: `score` returns the samples with their reward, error and the call's metrics on them;
+    `account` counts them (and stops the run above the error rate). Calling the scorer does both."""
 
     def __init__(self, source: TaskSource, max_error_rate: float = 0.05, min_samples: int = 50) -> None:
         self.source, self.max_error_rate, self.min_samples = source, max_error_rate, min_samples
@@ -40,43 +46,55 @@ class RewardScorer:
         return out
 
     def __call__(self, tasks: Mapping[str, Task], samples: Sequence[Sample]) -> list[float]:
+        scored = self.score(tasks, samples)
+        self.account(scored)
+        return [float(s.reward or 0.0) for s in scored]
+
+    def score(self, tasks: Mapping[str, Task], samples: Sequence[Sample]) -> list[Sample]:
+        """`samples` with their rewards (0 where the reward raised), errors and this call's metrics."""
         workers = int(getattr(self.source, "reward_workers", 1) or 1)
+        metrics: dict[str, float] = {}
         batch = getattr(self.source, "reward_batch", None)
         if batch is not None and samples:
-            outcomes = self._score_batch(batch, [tasks[task_of(s)] for s in samples], samples)
+            outcomes, metrics = self._score_batch(batch, [tasks[task_of(s)] for s in samples], samples)
         elif workers > 1 and len(samples) > 1:
             with ThreadPoolExecutor(min(workers, len(samples))) as pool:
                 outcomes = list(pool.map(lambda s: self._score(tasks[task_of(s)], s.text), samples))
         else:
             outcomes = [self._score(tasks[task_of(s)], s.text) for s in samples]
-        rewards = []
-        for reward, error in outcomes:  # counted here, on one thread
+        report = tuple(metrics.items())
+        return [
+            replace(s, reward=r, reward_error=e, reward_metrics=report)
+            for s, (r, e) in zip(samples, outcomes, strict=True)
+        ]
+
+    def account(self, scored: Sequence[Sample]) -> None:
+        """Count samples `score` returned (wherever it ran): errors, the batch metrics, the error rate."""
+        for s in scored:  # counted here, on one thread
             self.total += 1
-            if error is not None:
+            if s.reward_error is not None:
                 self.errors += 1
-                self.last_error = error
-                log.warning("reward raised, scored 0: %s", error)
-            rewards.append(reward)
+                self.last_error = s.reward_error
+                log.warning("reward raised, scored 0: %s", s.reward_error)
+            for k, v in s.reward_metrics or ():
+                acc = self._metrics.setdefault(k, [0.0, 0.0])
+                acc[0] += v
+                acc[1] += 1
         rate = self.errors / max(1, self.total)
         if self.total >= self.min_samples and rate > self.max_error_rate:
             raise RewardError(
                 f"the reward function raised on {self.errors} of {self.total} samples ({rate:.1%}), above "
                 f"max_reward_error_rate={self.max_error_rate}; last error: {self.last_error}"
             )
-        return rewards
 
     def _score_batch(
         self, batch, tasks: list[Task], samples: Sequence[Sample]
-    ) -> list[tuple[float, str | None]]:
+    ) -> tuple[list[tuple[float, str | None]], dict[str, float]]:
         try:
             rewards, metrics, errors = batch(tasks, [s.text for s in samples], [s.token_ids for s in samples])
         except Exception as err:  # a user's reward function may raise anything: the batch scores 0
-            return [(0.0, f"{type(err).__name__}: {err}")] * len(samples)
-        for k, v in metrics.items():
-            acc = self._metrics.setdefault(k, [0.0, 0.0])
-            acc[0] += v * len(samples)
-            acc[1] += len(samples)
-        return [(float(r), e) for r, e in zip(rewards, errors, strict=True)]
+            return [(0.0, f"{type(err).__name__}: {err}")] * len(samples), {}
+        return [(float(r), e) for r, e in zip(rewards, errors, strict=True)], dict(metrics)
 
     def _score(self, task: Task, text: str) -> tuple[float, str | None]:
         """(reward, None), or (0.0, what went wrong) when the reward raised or was not finite."""

@@ -84,6 +84,11 @@ def check_run(cfg: RunConfig) -> RunConfig:
             f"{cfg.pipeline.num_engines} engine(s)"
         )
     check_learner(cfg)
+    if cfg.pipeline.reward_placement == "separate" and cfg.pipeline.mode != "async":
+        raise ConfigError(
+            "config field 'pipeline.reward_placement' 'separate' runs a reward worker beside the engines: it "
+            f"needs pipeline.mode 'async' (schedule.max_staleness 0 keeps it synchronous), got {cfg.pipeline.mode!r}"
+        )
     if cfg.schedule.migrate and run.multi_turn:
         raise ConfigError(
             f"config field 'schedule.migrate' cannot run with task.env {t.env!r}: an episode's turns and "

@@ -56,7 +56,10 @@ class EngineFleet:
         on_samples: Callable[[list[Sample]], None],
         on_restart: Callable[[int, set[str]], None],
         on_moved: Callable[[int, list[Sample]], None] | None = None,
+        reward_source: Any = None,
     ) -> None:
+        """`reward_source`: the task each engine worker scores its finished samples with, between its
+        engine steps (`pipeline.reward_placement: colocated`); None: they come back unscored."""
         self.backend, self.cfg = backend, cfg
         self.on_samples, self.on_restart, self.on_moved = on_samples, on_restart, on_moved
         self.weights, self.version = weights, version  # the weights the engines hold (or will, once pushed)
@@ -70,7 +73,10 @@ class EngineFleet:
         self.handing: list[tuple[Any, int, int]] = []  # (hand-over call, from, to engine), at most one
         self.migrated = 0  # requests moved between engines
         self.in_engine: dict[str, tuple[str, int]] = {}  # request id -> (group id, engine index)
-        self.engines = [backend.start_engine(cfg, weights, version, i) for i in range(num_engines)]
+        self.reward = {"reward_source": reward_source} if reward_source is not None else {}
+        self.engines = [
+            backend.start_engine(cfg, weights, version, i, **self.reward) for i in range(num_engines)
+        ]
         self.futures: list[list] = [[] for _ in self.engines]  # each engine's outstanding `run` calls
 
     @property
@@ -85,7 +91,7 @@ class EngineFleet:
     ) -> None:
         """Hand `requests` to the engines, each group to the engine holding the fewest requests (all to
         engine `to`, if given); `tasks` (task id -> Task) go along for engines that run multi-turn
-        episodes."""
+        episodes or score their samples."""
         load = Counter(e for _, e in self.in_engine.values())
         per_engine: dict[int, list[Request]] = {}
         units = [[r] for r in requests] if self.divide else [members for _, members in by_group(requests)]
@@ -226,7 +232,9 @@ class EngineFleet:
         self.futures[i] = []
         self.handing = [h for h in self.handing if h[1] != i]  # a hand-over from it will not answer
         self.flush(skip=i)  # every engine gets the latest weights: the new one starts on them
-        self.engines[i] = self.backend.start_engine(self.cfg, self.start_weights, self.version, i)
+        self.engines[i] = self.backend.start_engine(
+            self.cfg, self.start_weights, self.version, i, **self.reward
+        )
         push = remote(self.backend, self.engines[i], EngineWorker.update_weights)(self.weights, self.version)
         self.futures[i].append(push)
         wait_built(self.backend, self.named([i]), self.cfg.pipeline.worker_timeout_s or None)

@@ -18,7 +18,7 @@ from schedrl.contracts.workers import Backend
 from schedrl.data import scored_groups
 from schedrl.distributed import WorkerDiedError, WorkerStuckError, make_backend, stuck_message, wait_built
 from schedrl.distributed.backend import remote, worker_name
-from schedrl.distributed.workers import EngineWorker, LearnerWorker, cpu_weights
+from schedrl.distributed.workers import EngineWorker, LearnerWorker, RewardWorker, cpu_weights
 from schedrl.engine.weight_push import WeightPush, receive
 from schedrl.orchestrate.after_update import StepCallback, after_update, pauses_after
 from schedrl.orchestrate.buffer import Group
@@ -71,6 +71,9 @@ class Pipeline:
             self.loop.load_state_dict(state)
         self.weights = backend.put(cpu_weights(c.model))
         self.adapter_base = AdapterBase()  # with LoRA: this process's model's base weights
+        placement = self.settings.reward_placement
+        self.reward_futures: list = []  # scoring calls to the reward worker, oldest first
+        self.reward_worker = backend.start_reward(self.cfg, c.source) if placement == "separate" else None
         self.fleet = EngineFleet(
             backend,
             self.cfg,
@@ -80,13 +83,16 @@ class Pipeline:
             self._on_samples,
             self._on_restart,
             self._on_moved,
+            c.source if placement == "colocated" else None,
         )
         self.fleet.restarts = int(state.get("engine_restarts", 0)) if state is not None else 0
         ckpt = latest_checkpoint(c.run.ckpt_dir)
         self.learner = backend.start_learner(self.cfg, str(c.run.root), ckpt and str(ckpt))
         # the stuck clock starts once every worker is built: loading a model is not a call
         # (engines first: on threads the learner builds after them, and is not reported as slow for it)
-        for workers in (self.fleet.named(range(len(self.fleet.engines))), [("learner", self.learner)]):
+        named = [self.fleet.named(range(len(self.fleet.engines))), [("learner", self.learner)]]
+        named += [[("reward", self.reward_worker)]] if self.reward_worker is not None else []
+        for workers in named:
             wait_built(backend, workers, self.settings.worker_timeout_s or None)
         if ckpt is not None and (ckpt / ADAPTER_DIR).is_dir():  # LoRA resumed: everything holds the base
             self.weights = remote(backend, self.learner, LearnerWorker.weights)(
@@ -111,8 +117,9 @@ class Pipeline:
         self.fleet.send(requests, self._tasks())
 
     def _tasks(self) -> dict | None:
-        """The buffered groups' tasks, for engines that run multi-turn episodes (None otherwise)."""
-        if self.cfg.task.env == "single_turn":
+        """The buffered groups' tasks, for engines that run multi-turn episodes or score their samples
+        (None otherwise)."""
+        if self.cfg.task.env == "single_turn" and self.settings.reward_placement != "colocated":
             return None
         return {g.task.id: g.task for g in self.loop.groups.values()}
 
@@ -151,6 +158,7 @@ class Pipeline:
         self.loop.dirty = True
         futures = self.fleet.keep_running(self.settings.engine_chunk_steps)
         futures += [self.learner_futures[0][0]] if self.learner_futures else []
+        futures += self.reward_futures
         if not futures:
             raise RuntimeError(
                 f"pipeline stalled at update {self.loop.started}: nothing in the engines, no batch "
@@ -160,6 +168,7 @@ class Pipeline:
         if not ready:
             self._stuck()
             return None
+        self._collect_rewards(ready)
         self.fleet.collect(ready)
         self.fleet.rebalance()
         if not (self.learner_futures and any(f is self.learner_futures[0][0] for f in ready)):
@@ -193,18 +202,44 @@ class Pipeline:
         groups = self.loop.groups
         # samples of a group already consumed or dropped (spares of tail batching) are let go
         samples = [s for s in samples if self.fleet.release(s.request_id) in groups]
-        # an episode comes scored by its environment; everything else is scored here
-        finished = [s for s in samples if s.finish_reason != "aborted" and s.reward is None]
-        tasks = {t.id: t for t in (groups[group_of(s)].task for s in finished)}
-        rewards = iter(self.components.scorer(tasks, finished) if finished else [])
+        scorer = self.components.scorer
+        scorer.account([s for s in samples if s.reward_metrics is not None])  # scored in an engine worker
+        # an episode comes scored by its environment, a sample by its engine worker where rewards are
+        # colocated; everything else is scored here, or by the reward worker (`pipeline.reward_placement`)
+        todo = [s for s in samples if s.finish_reason != "aborted" and s.reward is None]
+        if todo:
+            tasks = {t.id: t for t in (groups[group_of(s)].task for s in todo)}
+            if self.reward_worker is not None:
+                call = remote(self.backend, self.reward_worker, RewardWorker.score)
+                self.reward_futures.append(call(tasks, todo))
+                samples = [s for s in samples if s.finish_reason == "aborted" or s.reward is not None]
+            else:
+                scored = {s.request_id: s for s in scorer.score(tasks, todo)}
+                scorer.account(list(scored.values()))
+                samples = [scored.get(s.request_id, s) for s in samples]
+        self._file(samples)
+
+    def _file(self, samples: list[Sample]) -> None:
+        """Each sample to its group: a cut one as its partial, a scored one as finished (a sample whose
+        group has gone while it was scored is let go)."""
+        groups = self.loop.groups
         for s in samples:
-            g = groups[group_of(s)]
+            g = groups.get(group_of(s))
+            if g is None:
+                continue
             if s.finish_reason == "aborted":
                 g.partial[s.sample_index] = s
             else:
-                self.loop.finish(
-                    g, s.sample_index, s if s.reward is not None else s.with_reward(next(rewards))
-                )
+                self.loop.finish(g, s.sample_index, s)
+
+    def _collect_rewards(self, ready: list) -> None:
+        """The reward worker's answers among `ready`, in the order they were asked: counted, filed."""
+        done = [f for f in self.reward_futures if any(f is r for r in ready)]
+        for f in done:
+            self.reward_futures.remove(f)
+            scored = self.backend.get(f)
+            self.components.scorer.account(scored)
+            self._file(scored)
 
     def _on_moved(self, index: int, samples: list[Sample]) -> None:
         """Samples cut for a migration (filed in their groups' `partial`) resume on engine `index`."""
@@ -269,6 +304,8 @@ class Pipeline:
         spans = self.fleet.spans()
         with contextlib.suppress(WorkerDiedError):
             spans += self.backend.get(remote(self.backend, self.learner, LearnerWorker.spans)())
+            if self.reward_worker is not None:
+                spans += self.backend.get(remote(self.backend, self.reward_worker, RewardWorker.spans)())
         append_spans(self.components.run.root / TIMELINE_FILE, sorted(spans, key=lambda s: s.start))
 
 
