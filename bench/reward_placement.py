@@ -12,7 +12,8 @@ generated while the learner trains). `pipeline.reward_placement` puts the reward
 - `separate`: in a reward worker of its own (a thread on no core of its own), scoring while the
   engine decodes.
 
-Per placement and mode (median over rounds, the first two steps left out as start-up): RL steps per
+Each run is a fresh process. Per placement and mode (median over rounds, the first two steps left out as
+start-up): RL steps per
 second, samples scored per second (samples per step x steps per second) and the reward model's busy
 seconds per step where it has a worker of its own to time (colocated, separate). Runs alternate, round
 after round. The last line printed is one JSON object.
@@ -26,6 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -86,6 +89,15 @@ def one_run(args, rm: str, out: str, placement: str, mode: str, rnd: int) -> dic
     }
 
 
+def in_process(args, rm: str, out: str, placement: str, mode: str, rnd: int) -> dict:
+    """`one_run` in a fresh Python process (its figures, the last line it prints)."""
+    argv = [sys.executable, __file__, "--one", rm, out, placement, mode, str(rnd)]
+    for flag in ("model", "steps", "prompts", "group", "max_new_tokens"):
+        argv += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    done = subprocess.run(argv, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=["tiny", "small"], default="tiny")
@@ -95,7 +107,14 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--out", default=None, help="where the runs go (default: a temporary directory)")
+    parser.add_argument(
+        "--one", nargs=5, metavar=("RM", "OUT", "PLACEMENT", "MODE", "ROUND"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
+    if args.one:
+        rm, out, placement, mode, rnd = args.one
+        print(json.dumps(one_run(args, rm, out, placement, mode, int(rnd))))
+        return
 
     root = Path(args.out or tempfile.mkdtemp(prefix="reward-placement-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -104,7 +123,7 @@ def main() -> None:
     for rnd in range(args.rounds):
         for mode in MODES:
             for placement in PLACEMENTS:
-                r = one_run(args, rm, str(root), placement, mode, rnd)
+                r = in_process(args, rm, str(root), placement, mode, rnd)
                 runs.setdefault((mode, placement), []).append(r)
                 print(f"round {rnd} {mode:5s} {placement:9s} {r['steps_per_s']:.3f} steps/s "
                       f"{r['samples_scored_per_s']:.1f} samples/s", flush=True)  # fmt: skip
