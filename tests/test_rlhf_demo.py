@@ -17,9 +17,13 @@ def test_mistakes_are_wrong_and_of_every_kind():
     rng = random.Random(0)
     tasks = source.sample("train", 300, 0)
     kinds = set()
+    in_order_but_wrong = 0  # hard negatives: sorted, with the wrong digits
     for t in tasks:
         wrong = mistake(t, rng)
         assert wrong != t.answer
+        in_order_but_wrong += (
+            wrong.isdigit() and wrong == "".join(sorted(wrong)) and sorted(wrong) != sorted(t.answer)
+        )
         if not wrong.isdigit():
             kinds.add("not digits")
         elif sorted(wrong) == sorted(t.answer):
@@ -33,6 +37,7 @@ def test_mistakes_are_wrong_and_of_every_kind():
         else:
             kinds.add("changed or unrelated")
     assert kinds == {"order", "dropped", "repeated", "changed or unrelated", "not digits"}
+    assert in_order_but_wrong > len(tasks) // 4
 
 
 def test_the_pairs_read_back(tmp_path):

@@ -33,7 +33,8 @@ def mistake(task: Task, rng: random.Random) -> str:
     """A wrong answer of one of six kinds: another order, a digit changed, dropped or repeated, digits
     unrelated to the prompt (what an untrained policy says), or characters that are not all digits (what
     a policy drifting from its start says: a reward model that never saw them scores them at random, and
-    GRPO finds the ones it scores high)."""
+    GRPO finds the ones it scores high). Half the changed and unrelated ones are put in order, so that
+    being sorted alone does not make an answer look right."""
     answer = task.answer
     digits = list(answer)
     for _ in range(20):
@@ -45,6 +46,7 @@ def mistake(task: Task, rng: random.Random) -> str:
             continue
         if kind == 4:
             wrong = [rng.choice("0123456789") for _ in range(rng.randint(1, 4))]
+            wrong = sorted(wrong) if rng.random() < 0.5 else wrong
             if "".join(wrong) != answer:
                 return "".join(wrong)
             continue
@@ -56,6 +58,7 @@ def mistake(task: Task, rng: random.Random) -> str:
             wrong = digits[:]
             i = rng.randrange(len(wrong))
             wrong[i] = rng.choice([d for d in "0123456789" if d != wrong[i]])
+            wrong = sorted(wrong) if rng.random() < 0.5 else wrong
         elif kind == 2 and len(digits) > 1:
             wrong = digits[:]
             del wrong[rng.randrange(len(wrong))]
