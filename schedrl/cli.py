@@ -187,21 +187,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return run_simulate(args, console)
 
 
+PAIR_ARGS = ("data", "out", "model", "steps", "batch_size", "lr", "eval_fraction", "seed")
+
+
 def cmd_rm(args: argparse.Namespace) -> int:
     """train a reward model on preference pairs (JSONL: prompt, chosen, rejected, margin) into OUT/model"""
     from schedrl.rewards.train_rm import RMConfig, train_reward_model
 
-    cfg = RMConfig(
-        data=args.data,
-        out=args.out,
-        model=args.model,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        use_margin=not args.no_margin,
-        eval_fraction=args.eval_fraction,
-        seed=args.seed,
-    )
+    cfg = RMConfig(**{k: getattr(args, k) for k in PAIR_ARGS}, use_margin=not args.no_margin)
     result = train_reward_model(cfg, progress=True)
     console.print(f"reward model in {args.out}/model: held-out accuracy {result['eval/accuracy']:.3f}")
     print(json.dumps(result))
@@ -212,18 +205,7 @@ def cmd_dpo(args: argparse.Namespace) -> int:
     """train a policy on preference pairs by DPO (the offline baseline to RL on a reward model) into OUT/model"""
     from schedrl.rewards.dpo import DPOConfig, train_dpo
 
-    cfg = DPOConfig(
-        data=args.data,
-        out=args.out,
-        model=args.model,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        beta=args.beta,
-        loss_type=args.loss_type,
-        eval_fraction=args.eval_fraction,
-        seed=args.seed,
-    )
+    cfg = DPOConfig(**{k: getattr(args, k) for k in PAIR_ARGS}, beta=args.beta, loss_type=args.loss_type)
     result = train_dpo(cfg, progress=True)
     console.print(
         f"policy in {args.out}/model: held-out implicit-reward accuracy {result['eval/accuracy']:.3f}"

@@ -37,6 +37,20 @@ def sorted_pairs(path, n: int = 400, seed: int = 0) -> None:
     path.write_text("\n".join(json.dumps(r) for r in rows))
 
 
+def resume_after_crash(whole, cut, last: int, at: int, rerun):
+    """Copy the finished run `whole` to `cut` as if it had crashed after step `at`'s checkpoint (before
+    step `last`'s), run `rerun()` there, check it ends with `whole`'s weights, and return its result."""
+    shutil.copytree(whole, cut)
+    shutil.rmtree(cut / "checkpoints" / f"step_{last:06d}")
+    shutil.rmtree(cut / "model")
+    (cut / "checkpoints" / "latest").write_text(f"step_{at:06d}")
+    again = rerun()
+    a, b = load_file(whole / "model" / "model.safetensors"), load_file(cut / "model" / "model.safetensors")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6)
+    return again
+
+
 def test_the_bradley_terry_loss_in_closed_form():
     chosen, rejected = torch.tensor([2.0, 0.0, -1.0]), torch.tensor([1.0, 0.5, -3.0])
     margin = torch.tensor([0.5, 0.0, 1.0])
@@ -117,15 +131,10 @@ def test_a_reward_model_learns_a_hidden_rule_and_resumes_exactly(tmp_path):
     assert [r["step"] for r in rows] == list(range(1, 121))
     # crash after step 80's checkpoint: the resumed run ends where the uninterrupted one did
     cut = tmp_path / "cut"
-    shutil.copytree(whole, cut)
-    shutil.rmtree(cut / "checkpoints" / "step_000120")
-    shutil.rmtree(cut / "model")
-    (cut / "checkpoints" / "latest").write_text("step_000080")
-    again = train_reward_model(RMConfig(**{**cfg.__dict__, "out": str(cut)}))
+    again = resume_after_crash(
+        whole, cut, 120, 80, lambda: train_reward_model(RMConfig(**{**cfg.__dict__, "out": str(cut)}))
+    )
     assert again == pytest.approx(result, abs=1e-6)
-    a, b = load_file(whole / "model" / "model.safetensors"), load_file(cut / "model" / "model.safetensors")
-    for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6)
     assert [json.loads(x)["step"] for x in (cut / "metrics.jsonl").read_text().splitlines()] == list(
         range(1, 121)
     )

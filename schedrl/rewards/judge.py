@@ -130,7 +130,7 @@ class Judge:
             for i, t in enumerate(texts)
         ]
         samples = self.engine.generate(requests)
-        return [self.tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in samples]
+        return [str(self.tokenizer.decode(list(s.token_ids), skip_special_tokens=True)) for s in samples]
 
     def parse(self, verdict: str) -> float | None:
         if self.parser == "score":
