@@ -332,6 +332,7 @@ class RayBackend:
             engine_cpus=engine_cpus,
             learner_cpus=learner_cpus,
             learner_ranks=ranks,
+            reward_cpus=float(placement.get("reward_cpus", 0.0)),
         )
 
     def __init__(
@@ -343,8 +344,10 @@ class RayBackend:
         engine_cpus: int = 1,
         learner_cpus: int = 1,
         learner_ranks: int = 1,
+        reward_cpus: float = 0.0,
     ) -> None:
-        """`learner_ranks`: the learner's ranks, `learner_cpus` each (a local cluster gets all their CPUs)."""
+        """`learner_ranks`: the learner's ranks, `learner_cpus` each; `reward_cpus`: a separate reward
+        worker's (a local cluster gets all their CPUs)."""
         try:  # an optional extra: imported only when a Ray backend is asked for
             import ray
             import ray.exceptions
@@ -357,12 +360,12 @@ class RayBackend:
         self.ray, self.errors = ray, ray.exceptions
         self.actors: dict[str, tuple[str, Any]] = {}  # actor id -> (its name, its handle)
         self._started = False
-        asked = num_engines * engine_cpus + learner_cpus * learner_ranks
+        asked = num_engines * engine_cpus + learner_cpus * learner_ranks + reward_cpus
         if not ray.is_initialized():
             if address is None:
                 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local cluster on loopback
                 ray.init(
-                    num_cpus=num_cpus or asked,
+                    num_cpus=num_cpus or math.ceil(asked),
                     object_store_memory=object_store_memory,
                     include_dashboard=False,
                     log_to_driver=False,
@@ -374,8 +377,8 @@ class RayBackend:
         # On a cluster with fewer CPUs than asked, every actor asks for its share, so all of them start.
         share = min(1.0, ray.cluster_resources().get("CPU", asked) / asked)
         self.engine_cpus, self.learner_cpus = engine_cpus, learner_cpus
-        self.engine_ask, self.learner_ask = (
-            math.floor(n * share * 1e4) / 1e4 for n in (engine_cpus, learner_cpus)
+        self.engine_ask, self.learner_ask, self.reward_ask = (
+            math.floor(n * share * 1e4) / 1e4 for n in (engine_cpus, learner_cpus, reward_cpus)
         )
         self.num_engines = num_engines
         self.engine_cores, self.learner_cores = (
@@ -408,7 +411,7 @@ class RayBackend:
         """The reward worker as an actor of `pipeline.reward_cpus` CPUs (on the engines' node, if named),
         unpinned: its task (and reward model) is pickled to it."""
         p = cfg.pipeline
-        actor = self._actor(RewardWorker, p.reward_cpus, p.engine_node)
+        actor = self._actor(RewardWorker, self.reward_ask, p.engine_node)
         return self._named("reward", actor.remote(source, None, max(1, math.ceil(p.reward_cpus))))
 
     def start_learner(self, cfg: RunConfig, run_root: str, checkpoint: str | None):
@@ -512,5 +515,6 @@ WORKER_BACKENDS.add("ray", RayBackend)
 
 def make_backend(name: str, **placement: Any) -> Backend:
     """The worker backend `name` (`WORKER_BACKENDS`, or `pkg.module:Class`) built by its `create` from the
-    placement keywords (address, num_engines, engine_cpus, learner_cpus), each taking what it uses."""
+    placement keywords (address, num_engines, engine_cpus, learner_cpus, learner_ranks, reward_cpus), each
+    taking what it uses."""
     return WORKER_BACKENDS.get(name).create(**placement)

@@ -319,6 +319,7 @@ def run_pipeline(c: Components, on_step: StepCallback | None = None) -> None:
         engine_cpus=p.engine_cpus,
         learner_cpus=p.learner_cpus,
         learner_ranks=c.cfg.learner.ranks if c.cfg.learner.parallel != "none" else 1,
+        reward_cpus=p.reward_cpus if p.reward_placement == "separate" else 0.0,
     )
     stuck = False
     backend.timeout_s = p.worker_timeout_s or None  # every call a worker does not answer in time is stuck
