@@ -113,6 +113,29 @@ def test_a_judge_that_does_not_parse_stops_past_its_bound(judge_dir):
         JudgeError, match=r"judge '.*': 8 of 8 verdicts did not parse .* the last was '(yes|no)'"
     ):
         judge(*args, answer=[a for _, a in rows])
+    # through a run's scorer the bound still stops the run: it is not one more reward error scored 0
+    from schedrl.envs.base import Task
+    from schedrl.envs.scoring import RewardScorer
+    from schedrl.envs.user import FileTask
+    from schedrl.types import Sample, SamplingParams
+
+    rows_ = [{"id": f"t{i}", "prompt": "p", "answer": a} for i, (_, a) in enumerate(rows)]
+    source = FileTask(
+        rows=rows_,
+        reward=[
+            {"judge": str(judge_dir), "template": TEMPLATE, "choices": {"accept": 1.0}, "min_samples": 4}
+        ],
+    )
+    tasks = {
+        r["id"]: Task(id=r["id"], prompt="p", answer=r["answer"], domain="file", metadata=dict(r))
+        for r in rows_
+    }
+    samples = [
+        Sample(f"s{i}", (1,), (2,), (0.0,), (0,), "stop", SamplingParams(), text=c, task_id=f"t{i}")
+        for i, (c, _) in enumerate(rows)
+    ]
+    with pytest.raises(JudgeError, match="verdicts did not parse"):
+        RewardScorer(source)(tasks, samples)
     with pytest.raises(ValueError, match=r"its template uses \{answer\}, but a task has no answer"):
         Judge(judge_dir, TEMPLATE)(*args)
 

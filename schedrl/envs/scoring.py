@@ -15,7 +15,8 @@ log = logging.getLogger(__name__)
 
 
 class RewardError(RuntimeError):
-    """The reward function raised on more samples than the run allows."""
+    """The reward function raised on more samples than the run allows, or a reward reached a bound of its
+    own (a judge's parse failures): not scored 0 like other errors, but the run's end."""
 
 
 class RewardScorer:
@@ -92,6 +93,8 @@ class RewardScorer:
     ) -> tuple[list[tuple[float, str | None]], dict[str, float]]:
         try:
             rewards, metrics, errors = batch(tasks, [s.text for s in samples], [s.token_ids for s in samples])
+        except RewardError:
+            raise
         except Exception as err:  # a user's reward function may raise anything: the batch scores 0
             return [(0.0, f"{type(err).__name__}: {err}")] * len(samples), {}
         return [(float(r), e) for r, e in zip(rewards, errors, strict=True)], dict(metrics)
@@ -103,5 +106,7 @@ class RewardScorer:
             if not math.isfinite(reward):
                 raise ValueError(f"reward is not finite: {reward}")
             return reward, None
+        except RewardError:
+            raise
         except Exception as err:  # a user's reward function may raise anything
             return 0.0, f"task {task.id!r}: {type(err).__name__}: {err}"

@@ -23,13 +23,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from schedrl.envs.scoring import RewardError
+
 PARSERS = ("score", "choice")
 FIELDS = ("prompt", "completion", "answer")
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
 
 
-class JudgeError(RuntimeError):
-    """Too many of a judge's verdicts did not parse."""
+class JudgeError(RewardError):
+    """Too many of a judge's verdicts did not parse: the run stops (a scorer lets it through)."""
 
 
 def template_fields(template: str) -> list[str]:
