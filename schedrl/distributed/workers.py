@@ -162,19 +162,9 @@ class EngineWorker(Inspectable):
         an episode's (scored by its environment) or one whose task is unknown here goes back unscored, for
         the driver to score."""
         assert self.scorer is not None
-        todo = [
-            i
-            for i, s in enumerate(samples)
-            if s.finish_reason != "aborted" and s.reward is None and s.task_id in self.tasks
-        ]
-        if not todo:
-            return samples
         start = time.time()
-        scored = self.scorer.score(self.tasks, [samples[i] for i in todo])
+        out = self.scorer.score_where(self.tasks, samples)
         self.timeline.add("reward", start, time.time())
-        out = list(samples)
-        for i, s in zip(todo, scored, strict=True):
-            out[i] = s
         return out
 
     def abort(self, request_ids: Sequence[str]) -> list[Sample]:

@@ -19,6 +19,11 @@ class RewardError(RuntimeError):
     own (a judge's parse failures): not scored 0 like other errors, but the run's end."""
 
 
+def needs_reward(s: Sample) -> bool:
+    """A finished sample nobody has scored yet (an episode comes scored by its environment)."""
+    return s.finish_reason != "aborted" and s.reward is None
+
+
 class RewardScorer:
     """Calls `source.reward` per sample; stops the run when the error rate exceeds `max_error_rate`.
 
@@ -68,6 +73,13 @@ class RewardScorer:
             replace(s, reward=r, reward_error=e, reward_metrics=report)
             for s, (r, e) in zip(samples, outcomes, strict=True)
         ]
+
+    def score_where(self, tasks: Mapping[str, Task], samples: Sequence[Sample]) -> list[Sample]:
+        """`samples` in order, those that need a reward and whose task is in `tasks` scored (`score`), the
+        others as they came."""
+        todo = [s for s in samples if needs_reward(s) and task_of(s) in tasks]
+        scored = {s.request_id: s for s in self.score(tasks, todo)} if todo else {}
+        return [scored.get(s.request_id, s) for s in samples]
 
     def account(self, scored: Sequence[Sample]) -> None:
         """Count samples `score` returned (wherever it ran): errors, the batch metrics, the error rate."""

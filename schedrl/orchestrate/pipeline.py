@@ -20,6 +20,7 @@ from schedrl.distributed import WorkerDiedError, WorkerStuckError, make_backend,
 from schedrl.distributed.backend import remote, worker_name
 from schedrl.distributed.workers import EngineWorker, LearnerWorker, RewardWorker, cpu_weights
 from schedrl.engine.weight_push import WeightPush, receive
+from schedrl.envs.scoring import needs_reward
 from schedrl.orchestrate.after_update import StepCallback, after_update, pauses_after
 from schedrl.orchestrate.buffer import Group
 from schedrl.orchestrate.build import Components, sampling_params
@@ -203,20 +204,18 @@ class Pipeline:
         # samples of a group already consumed or dropped (spares of tail batching) are let go
         samples = [s for s in samples if self.fleet.release(s.request_id) in groups]
         scorer = self.components.scorer
-        scorer.account([s for s in samples if s.reward_metrics is not None])  # scored in an engine worker
         # an episode comes scored by its environment, a sample by its engine worker where rewards are
         # colocated; everything else is scored here, or by the reward worker (`pipeline.reward_placement`)
-        todo = [s for s in samples if s.finish_reason != "aborted" and s.reward is None]
+        todo = [s for s in samples if needs_reward(s)]
         if todo:
             tasks = {t.id: t for t in (groups[group_of(s)].task for s in todo)}
             if self.reward_worker is not None:
                 call = remote(self.backend, self.reward_worker, RewardWorker.score)
                 self.reward_futures.append(call(tasks, todo))
-                samples = [s for s in samples if s.finish_reason == "aborted" or s.reward is not None]
+                samples = [s for s in samples if not needs_reward(s)]
             else:
-                scored = {s.request_id: s for s in scorer.score(tasks, todo)}
-                scorer.account(list(scored.values()))
-                samples = [scored.get(s.request_id, s) for s in samples]
+                samples = scorer.score_where(tasks, samples)
+        scorer.account([s for s in samples if s.reward_metrics is not None])  # scored here or in an engine
         self._file(samples)
 
     def _file(self, samples: list[Sample]) -> None:
