@@ -10,6 +10,7 @@ import random
 import pytest
 import torch
 
+from schedrl.envs.scoring import RewardError
 from schedrl.rewards.judge import Judge, JudgeError, parse_choice, parse_score, template_fields
 
 TEMPLATE = "{completion}|{answer}?"
@@ -169,3 +170,84 @@ def test_a_run_is_rewarded_by_a_judge(tmp_path, judge_dir):
     for r in rows:
         assert r["reward_mean"] == pytest.approx(r[f"rewards/judge_{judge_dir.name}/mean"], abs=1e-6)
         assert 0.0 <= r["judge/parse_failure_rate"] <= 1.0
+
+
+def test_the_policy_judges_with_the_weights_of_its_latest_push(judge_dir):
+    """`judge: policy` on a colocated engine worker: the judge runs on the worker's own model, so its
+    verdicts follow each weight push. Pushed the trained judge's weights, the policy judges as that judge
+    does; before, the policy (a sort model) says nothing that parses."""
+    from transformers import AutoModelForCausalLM
+
+    from schedrl.config import config_from_dict
+    from schedrl.distributed import EngineWorker
+    from schedrl.distributed.workers import cpu_weights
+    from schedrl.envs import make_task
+    from schedrl.orchestrate.build import load_policy
+    from schedrl.rewards.mixed import ModelRewarded
+
+    cfg = config_from_dict({"pipeline": {"reward_placement": "colocated"}})
+    weights = cpu_weights(load_policy(cfg, None, torch.device("cpu"))[0])
+    spec = {"judge": "policy", "template": TEMPLATE, "max_new_tokens": 4, "min_samples": 1000}
+    source = ModelRewarded(make_task("sort"), {**spec, "rule_weight": 0.0})
+    worker = EngineWorker(cfg, weights, 0, reward_source=source)
+    judge = source.model
+    assert isinstance(judge, Judge) and judge.engine.model is worker.engine.model  # the engine's own model
+    rows = equal_rows(random.Random(4), 100)
+    args = (["p"] * len(rows), [c for c, _ in rows])
+    assert judge(*args, answer=[a for _, a in rows]) == [0.0] * len(rows)
+    assert judge.metrics()["judge/parse_failure_rate"] > 0.9
+    trained = cpu_weights(AutoModelForCausalLM.from_pretrained(judge_dir))
+    worker.update_weights(trained, 1)
+    rewards = judge(*args, answer=[a for _, a in rows])
+    accuracy = sum((r == 1.0) == (c == a) for r, (c, a) in zip(rewards, rows, strict=True)) / len(rows)
+    assert accuracy >= 0.85
+    assert Judge(judge_dir, TEMPLATE, max_new_tokens=4)(*args, answer=[a for _, a in rows]) == rewards
+
+
+def test_the_policy_judges_only_on_its_own_engine(tmp_path):
+    import schedrl
+    from schedrl.config import ConfigError
+
+    cfg = {
+        "out_dir": str(tmp_path), "sft": {"steps": 1},
+        "task": {"name": "sort", "reward_model": {"judge": "policy", "template": TEMPLATE}},
+        "pipeline": {"mode": "async", "reward_placement": "driver"},
+    }  # fmt: skip
+    with pytest.raises(
+        ConfigError, match=r"judge 'policy'.* in pipeline.mode 'async', pipeline.reward_placement 'colocated'"
+    ):
+        schedrl.train(cfg)
+    with pytest.raises(
+        RewardError, match=r"judge 'policy' has no model: .* set pipeline.reward_placement: colocated"
+    ):
+        Judge("policy", TEMPLATE)(["p"], ["12"], answer=["12"])
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_run_is_rewarded_by_its_own_policy(tmp_path, mode):
+    """Self-rewarding: `judge: policy` trains on the policy's verdicts, judged on the synchronous loop's
+    engine or (async) on each engine worker's, colocated."""
+    import schedrl
+    from schedrl.training.run_dir import read_metrics
+
+    spec = {
+        "judge": "policy",
+        "template": TEMPLATE,
+        "parser": "score",
+        "max_new_tokens": 2,
+        "max_parse_failure_rate": 1.0,
+        "rule_weight": 0.5,
+    }
+    cfg = {
+        "steps": 2, "save_every": 0, "out_dir": str(tmp_path), "name": "self", "sft": {"steps": 20},
+        "eval": {"tasks": 0}, "min_start_reward": -1.0, "logging": {"backends": ["jsonl"]},
+        "task": {"name": "sort", "args": {"min_len": 2, "max_len": 3}, "reward_model": spec},
+        "pipeline": {"mode": mode, "reward_placement": "colocated" if mode == "async" else "driver"},
+    }  # fmt: skip
+    schedrl.train(cfg)
+    rows = [r for r in read_metrics(tmp_path / "self" / "metrics.jsonl") if "loss" in r]
+    assert len(rows) == 2
+    for r in rows:
+        judged = r["rewards/judge_policy/mean"]
+        assert r["reward_mean"] == pytest.approx(0.5 * r["rewards/rule/mean"] + judged, abs=1e-6)
+        assert r["judge/parse_failure_rate"] > 0.0  # a sort policy rarely writes a number after '?'

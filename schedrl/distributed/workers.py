@@ -127,8 +127,11 @@ class EngineWorker(Inspectable):
         self.scorer = None
         if reward_source is not None:
             from schedrl.envs.scoring import RewardScorer
+            from schedrl.rewards.judge import policy_judges
 
             self.scorer = RewardScorer(reward_source, max_error_rate=1.0)  # the driver counts and judges
+            for judge in policy_judges(reward_source):  # `judge: policy`: the engine's own model judges
+                judge.bind_policy(self._base)
         self.tasks: dict = {}  # id -> Task of the requests queued here, for the colocated scorer
 
     def add(self, requests: Sequence[Request], tasks: dict | None = None) -> None:

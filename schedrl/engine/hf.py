@@ -161,16 +161,20 @@ class HFEngine:
         on_finish: FinishCallback | None = None,
         version: int = 0,
         clock: Callable[[], float] = time.perf_counter,
+        share: HFEngine | None = None,
     ) -> None:
+        """`share`: run on that engine's model, not a copy of `model` (see `beside`)."""
         self.config = config or EngineConfig()
         self.clock = clock  # stamps timings and parking deadlines (a virtual clock in simulations)
         self.tokenizer = tokenizer
-        # The engine owns a copy: its attention is swapped for the packed kernel.
-        self.model = copy.deepcopy(model).eval()
         self._adapter_base = AdapterBase()  # the base weights LoRA adapters add to, once one arrives
-        self.model.set_attn_implementation(ATTN_NAME)
-        if self.config.input_major_weights:
-            store_input_major(self.model)
+        if share is not None:
+            self.model = share.model
+        else:  # the engine owns a copy: its attention is swapped for the packed kernel
+            self.model = copy.deepcopy(model).eval()
+            self.model.set_attn_implementation(ATTN_NAME)
+            if self.config.input_major_weights:
+                store_input_major(self.model)
         self.device = next(self.model.parameters()).device
         self.admission = admission if admission is not None else FCFS()
         self.on_token, self.on_finish = on_token, on_finish
@@ -330,6 +334,11 @@ class HFEngine:
     @property
     def num_running(self) -> int:
         return len(self._running)
+
+    def beside(self, config: EngineConfig) -> HFEngine:
+        """A second engine on this engine's model, with a queue and KV cache of its own: the same weights,
+        as each push updates them in place (the policy judging its own samples, `judge: policy`)."""
+        return HFEngine(self.model, self.tokenizer, config, share=self)
 
     def update_weights(
         self,

@@ -19,6 +19,7 @@ from schedrl.distributed.backend import WORKER_BACKENDS
 from schedrl.engine.registry import ENGINES
 from schedrl.envs.registry import ENVIRONMENTS
 from schedrl.orchestrate.schedule import Run, check_schedule
+from schedrl.rewards.judge import wants_policy_judge
 from schedrl.training.loggers import JSONL, LOGGERS
 
 
@@ -88,6 +89,14 @@ def check_run(cfg: RunConfig) -> RunConfig:
         raise ConfigError(
             "config field 'pipeline.reward_placement' 'separate' runs a reward worker beside the engines: it "
             f"needs pipeline.mode 'async' (schedule.max_staleness 0 keeps it synchronous), got {cfg.pipeline.mode!r}"
+        )
+    on_engine = cfg.pipeline.mode != "async" or cfg.pipeline.reward_placement == "colocated"
+    if wants_policy_judge(t.reward_model, t.args) and not (on_engine and e.backend == "builtin"):
+        raise ConfigError(
+            "config field 'task.reward_model' (or task.args.reward) has judge 'policy': the policy judges "
+            "its samples on the engine that generated them, which needs engine.backend 'builtin' and, in "
+            f"pipeline.mode 'async', pipeline.reward_placement 'colocated'; got {e.backend!r}, "
+            f"{cfg.pipeline.mode!r}, {cfg.pipeline.reward_placement!r}"
         )
     if cfg.schedule.migrate and run.multi_turn:
         raise ConfigError(

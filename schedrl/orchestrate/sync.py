@@ -20,6 +20,7 @@ from schedrl.orchestrate.pipeline import issue_groups
 from schedrl.orchestrate.step_metrics import timing_metrics
 from schedrl.orchestrate.update_batch import UpdateBatch
 from schedrl.orchestrate.watchdog import Watchdog
+from schedrl.rewards.judge import policy_judges
 from schedrl.timeline import TIMELINE_FILE, Recorder, append_spans
 from schedrl.training.checkpoint import save_checkpoint
 from schedrl.types import Request, group_of
@@ -186,6 +187,8 @@ def checkpoint(c: Components, step: int) -> None:
 def run_sync(c: Components, on_step: StepCallback | None = None) -> None:
     """Train `c` from its current step to `cfg.steps` with the synchronous loop (`StepCluster`)."""
     watchdog = Watchdog(c.cfg.pipeline.worker_timeout_s)
+    for judge in policy_judges(c.source):  # `judge: policy`: the policy's engine is this process's
+        judge.bind_policy(c.engine)
     try:
         StepCluster(c, on_step, watchdog).loop.run()
     except KeyboardInterrupt:

@@ -6,7 +6,11 @@ answers greedily (temperature 0), and a parser turns its answer into a reward.
   prompt or completion fills in as its messages' contents. Any other field is refused when the judge is
   built.
 - **Model.** A local causal LM directory, run on schedrl's built-in engine (continuous batching, greedy),
-  `max_new_tokens` tokens a verdict.
+  `max_new_tokens` tokens a verdict; or `policy`, the policy being trained judging its own samples
+  (self-rewarding): the engine that generated them lends the judge its model (`HFEngine.beside`), so
+  verdicts come from the weights of the latest push, on the engine's device, between its steps. That
+  engine is the synchronous loop's own, or an engine worker's with `pipeline.reward_placement:
+  colocated` (built-in engine only).
 - **Parser.** `score`: the first number in the verdict, clipped to `score_range` and mapped onto [0, 1];
   `choice`: the first of `choices`' words the verdict starts with (case and leading space ignored), worth
   its value (default `{yes: 1, no: 0}`).
@@ -26,6 +30,7 @@ from typing import Any
 from schedrl.envs.scoring import RewardError
 
 PARSERS = ("score", "choice")
+POLICY = "policy"  # `judge: policy`: the policy's own model judges
 FIELDS = ("prompt", "completion", "answer")
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
 
@@ -78,9 +83,9 @@ class Judge:
         min_samples: int = 32,
         max_concurrency: int = 32,
     ) -> None:
-        from schedrl.engine.hf import EngineConfig, HFEngine
         from schedrl.models import load_model_and_tokenizer
 
+        self.judges_policy = path == POLICY  # a directory of that name is written ./policy
         self.path = Path(path)
         where = f"judge {str(self.path)!r}"
         try:
@@ -102,10 +107,13 @@ class Judge:
         for field, value in (("max_new_tokens", max_new_tokens), ("min_samples", min_samples)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{where}: {field} must be a positive integer, got {value!r}")
-        if not (self.path / "config.json").is_file():
-            raise ValueError(f"{where}: not a model directory (no config.json)")
-        model, self.tokenizer = load_model_and_tokenizer(str(self.path))
-        self.engine = HFEngine(model, self.tokenizer, EngineConfig(max_concurrency=max_concurrency))
+        self.max_concurrency = max_concurrency
+        self.engine: Any = None
+        if not self.judges_policy:
+            if not (self.path / "config.json").is_file():
+                raise ValueError(f"{where}: not a model directory (no config.json)")
+            model, tokenizer = load_model_and_tokenizer(str(self.path))
+            self.bind(model, tokenizer)
         self.template, self.parser, self.range = template, parser, (low, high)
         self.max_new_tokens, self.max_failure_rate, self.min_samples = (
             max_new_tokens,
@@ -115,6 +123,21 @@ class Judge:
         self.seen = self.failures = 0
         self.last_failure = ""
         self.__name__ = f"judge_{self.path.name}"  # the name its metrics go under
+
+    def bind(self, model: Any, tokenizer: Any) -> None:
+        """Judge with `model` (a judge's own), on an engine of its own."""
+        from schedrl.engine.hf import EngineConfig, HFEngine
+
+        self.tokenizer = tokenizer
+        self.engine = HFEngine(model, tokenizer, EngineConfig(max_concurrency=self.max_concurrency))
+
+    def bind_policy(self, engine: Any) -> None:
+        """`judge: policy`: judge on the policy engine's model (`HFEngine.beside`), whose weights each
+        push updates in place, so verdicts follow the policy."""
+        from schedrl.engine.hf import EngineConfig
+
+        self.tokenizer = engine.tokenizer
+        self.engine = engine.beside(EngineConfig(max_concurrency=self.max_concurrency))
 
     def fill(self, prompt: Any, completion: Any, answer: Any = None) -> str:
         """The judge's prompt for one sample."""
@@ -126,6 +149,11 @@ class Judge:
         """The judge's greedy answer to each text."""
         from schedrl.types import Request, SamplingParams
 
+        if self.engine is None:
+            raise RewardError(
+                f"judge {POLICY!r} has no model: the policy judges on the engine that generated the samples; "
+                "with pipeline.mode async, set pipeline.reward_placement: colocated (engine.backend: builtin)"
+            )
         params = SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0)
         requests = [
             Request(id=f"judge-{i}", prompt_ids=tuple(self.tokenizer(t).input_ids), params=params)
@@ -179,3 +207,17 @@ def plain_text(x: Any) -> str:
     if isinstance(x, list):  # messages as plain text: their contents in order
         return "".join(str(m.get("content", "")) for m in x)
     return str(x)
+
+
+def policy_judges(source: Any) -> list[Judge]:
+    """The `judge: policy` judges among a task's rewards: its `task.reward_model`'s, its reward list's."""
+    rewards = getattr(source, "rewards", None)
+    found = [getattr(source, "model", None), *getattr(rewards, "funcs", ())]
+    return [j for j in found if isinstance(j, Judge) and j.judges_policy]
+
+
+def wants_policy_judge(task_reward_model: Any, task_args: Mapping[str, Any]) -> bool:
+    """Whether a task's config names `judge: policy` (its reward_model, or an entry of its reward list)."""
+    listed = task_args.get("reward")
+    entries = [task_reward_model, *(listed if isinstance(listed, list) else [listed])]
+    return any(isinstance(e, Mapping) and e.get("judge") == POLICY for e in entries)
