@@ -34,18 +34,20 @@ class ToolEnv:
             raise ValueError(f"ToolEnv.max_calls must be >= 1, got {max_calls!r}")
         self.source, self.tools, self.parser, self.max_calls = source, tools, parser, max_calls
         self.call_reward = call_reward
-        self.mcp_servers: tuple = ()  # MCP servers whose tools join at the first reset (`tool_env(mcp=...)`)
+        self.mcp_servers: tuple = ()  # MCP servers whose tools join at each reset (`tool_env(mcp=...)`)
+        self.base_tools = list(tools.tools.values())
+        self.held: list = []  # the episode's own MCP sessions (`session: episode`), given back at close
         self.stop_strings = (parser.stop,)  # nothing is generated after a call's closing tag
         self.task: Task | None = None
         self.transcript, self.calls = "", 0
 
     async def reset(self, task: Task, seed: int) -> Observation:
+        await self._release()  # a reset without a close ends the episode before
         if self.mcp_servers:  # on the episodes' event loop, where the servers' sessions live
-            from schedrl.envs.tools.mcp import mcp_tools
+            from schedrl.envs.tools.mcp import episode_tools
 
-            extra = await mcp_tools(self.mcp_servers)
-            self.tools = ToolSet([*self.tools.tools.values(), *extra], timeout_s=self.tools.timeout_s)
-            self.mcp_servers = ()
+            extra, self.held = await episode_tools(self.mcp_servers)
+            self.tools = ToolSet([*self.base_tools, *extra], timeout_s=self.tools.timeout_s)
         self.task, self.transcript, self.calls = task, "", 0
         return Observation(task.prompt, "template")
 
@@ -69,6 +71,14 @@ class ToolEnv:
 
     async def close(self) -> None:
         self.task = None
+        await self._release()
+
+    async def _release(self) -> None:
+        if self.held:
+            from schedrl.envs.tools.mcp import release_sessions
+
+            held, self.held = self.held, []
+            await release_sessions(held)
 
 
 def tool_env(

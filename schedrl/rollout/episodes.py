@@ -38,6 +38,7 @@ from schedrl.engine import Engine, ParkingEngine, StepStats
 from schedrl.envs.base import Task
 from schedrl.envs.environment import Environment, Observation, StepResult
 from schedrl.envs.ledger import TokenLedger
+from schedrl.envs.sessions import close_pools
 from schedrl.envs.tools import clip_tokens
 from schedrl.rollout.clock import WallClock
 from schedrl.rollout.tool_wait import Back, Release, ToolWaitPolicy, Turn
@@ -185,6 +186,10 @@ class EpisodeRunner:
                 log.warning("%s", err)
             self._check_closed()
         if self.loop.is_running():
+            try:  # the per-episode sessions kept warm (`schedrl.envs.sessions`) end with the loop
+                self._submit(close_pools()).result()
+            except Exception as err:
+                log.warning("closing the session pools: %s: %s", type(err).__name__, err)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=5)
 

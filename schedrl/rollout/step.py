@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from schedrl.envs.base import Task
+from schedrl.envs.sessions import pool_metrics
 from schedrl.rollout.episodes import EpisodeRunner
 from schedrl.rollout.modes import ROLLOUT_MODES, Pruning, Speculative
 from schedrl.rollout.pruning import PruneConfig, SuccessHead, pruned_rollout, training_samples
@@ -113,6 +114,7 @@ class StepRollout:
             "episodes_dropped": float(len(samples) - len(kept)),
             **self.episodes.last_stats,
             **{f"tool/{k}": float(v) for k, v in sorted(self.episodes.tool_counts.items())},
+            **pool_metrics(),
         }
         return kept, stats
 

@@ -13,6 +13,11 @@ error output to the model. A call whose server dies under it is an error; the ne
 server again, once (`max_restarts`); after that its tools answer with errors. A command that does not
 exist is an error naming it.
 
+`session: episode` gives each episode a server of its own (MCP-U RL's and AgentRL's isolation): taken
+at reset from a pool that keeps `pool` sessions warm, and at close recycled by calling the server's
+`recycle` tool (one that clears its state), or destroyed when no such tool is named
+(`schedrl.envs.sessions`). The pool's counts are the run's `session/*` metrics.
+
 `sandbox: true` (or a mapping of `schedrl.sandbox.Limits` fields, plus `expose:` paths and `devices:`,
 "gpu" or /dev paths, none by default) starts the
 server inside a `Sandbox`: its own uid, no network, rlimits, an empty working directory, and an
@@ -32,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from schedrl.envs.sessions import SessionPool, pool_for
 from schedrl.envs.tools.schema import Tool
 
 
@@ -51,6 +57,9 @@ class MCPServer:
     sandbox: Any = None  # None: unconfined; else the `Limits` of its Sandbox
     expose: tuple[str, ...] = ()  # with sandbox: host paths bound read-only into it
     devices: tuple[str, ...] | str = ()  # with sandbox: "gpu" or /dev paths it may use
+    session: str = "shared"  # shared: one session per process; episode: one per episode, from a pool
+    pool: int = 0  # with session episode: idle sessions kept warm
+    recycle: str | None = None  # with session episode: the tool that clears a session for reuse
 
     @classmethod
     def of(cls, spec: Any) -> MCPServer:
@@ -60,7 +69,7 @@ class MCPServer:
             return cls(sys.executable if spec == "python" else spec)
         if not isinstance(spec, Mapping) or "command" not in spec:
             raise ValueError(f"an MCP server is {{command: ..., args: [...]}}, got {spec!r}")
-        unknown = set(spec) - {"command", "args", "env", "max_restarts", "log", "sandbox"}
+        unknown = set(spec) - {"command", "args", "env", "max_restarts", "log", "sandbox", *SESSION_KEYS}
         if unknown:
             raise ValueError(f"MCP server {spec['command']!r}: unknown key(s) {', '.join(sorted(unknown))}")
         command = str(spec["command"])
@@ -74,6 +83,7 @@ class MCPServer:
             limits,
             expose,
             devices,
+            *_session_settings(command, spec),
         )
 
     def key(self) -> tuple:
@@ -84,7 +94,29 @@ class MCPServer:
             self.sandbox,
             self.expose,
             self.devices,
+            self.session,
+            self.pool,
+            self.recycle,
         )
+
+
+SESSION_KEYS = ("session", "pool", "recycle")
+
+
+def _session_settings(command: str, spec: Mapping[str, Any]) -> tuple[str, int, str | None]:
+    """`session` (shared | episode), and for per-episode sessions the `pool` size and `recycle` tool."""
+    where = f"MCP server {command!r}"
+    session = spec.get("session", "shared")
+    if session not in ("shared", "episode"):
+        raise ValueError(f"{where}: session must be 'shared' or 'episode', got {session!r}")
+    pool, recycle = spec.get("pool", 0), spec.get("recycle")
+    if session == "shared" and ("pool" in spec or recycle is not None):
+        raise ValueError(f"{where}: pool and recycle are settings of session: episode")
+    if isinstance(pool, bool) or not isinstance(pool, int) or pool < 0:
+        raise ValueError(f"{where}: pool must be an integer >= 0 (idle sessions kept warm), got {pool!r}")
+    if recycle is not None and (not isinstance(recycle, str) or not recycle):
+        raise ValueError(f"{where}: recycle must name the tool that clears a session, got {recycle!r}")
+    return session, pool, recycle
 
 
 def server_limits(**fields: Any) -> Any:
@@ -287,3 +319,52 @@ async def mcp_tools(servers: Sequence[MCPServer | Mapping | str]) -> list[Tool]:
     for server in servers:
         tools += (await session_for(server)).as_tools()
     return tools
+
+
+Held = list[tuple[SessionPool, MCPSession]]  # an episode's own sessions, with the pools they go back to
+
+
+def episode_pool(server: MCPServer) -> SessionPool[MCPSession]:
+    """The running event loop's pool of per-episode sessions to `server` (`session: episode`)."""
+
+    async def start() -> MCPSession:
+        session = MCPSession(server)
+        await session.start()
+        return session
+
+    async def recycle(session: MCPSession) -> None:
+        assert server.recycle is not None
+        await session.call(server.recycle, {})
+
+    return pool_for(
+        ("mcp", server.key()),
+        lambda: SessionPool(start, MCPSession.close, server.pool, recycle if server.recycle else None),
+    )
+
+
+async def episode_tools(servers: Sequence[MCPServer]) -> tuple[list[Tool], Held]:
+    """The tools of `servers` for one episode: a shared server's over the process's session, a
+    per-episode server's over a session of the episode's own, taken from its pool (returned in `held`,
+    for `release_sessions` at the episode's close)."""
+    tools: list[Tool] = []
+    held: Held = []
+    try:
+        for server in servers:
+            if server.session == "episode":
+                pool = episode_pool(server)
+                session = await pool.acquire()
+                held.append((pool, session))
+            else:
+                session = await session_for(server)
+            tools += session.as_tools()
+    except BaseException:
+        await release_sessions(held)
+        raise
+    return tools, held
+
+
+async def release_sessions(held: Held) -> None:
+    """Give an episode's sessions back to their pools: recycled (a session whose server is still up) or
+    destroyed."""
+    for pool, session in held:
+        await pool.release(session, healthy=session.session is not None)
