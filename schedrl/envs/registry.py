@@ -15,6 +15,7 @@ from schedrl.envs.countdown import CountdownTask
 from schedrl.envs.digits import ReverseDigitsTask, SortDigitsTask
 from schedrl.envs.environment import Environment, SingleTurnEnv, build_environment
 from schedrl.envs.guess import GuessEnv, GuessTask
+from schedrl.envs.gym_adapter import GymEnv, GymTasks
 from schedrl.envs.longtail import LongtailMix
 from schedrl.envs.math_words import MathWordTask
 from schedrl.envs.tiered import TieredMix
@@ -35,6 +36,7 @@ for _name, _factory in (
     ("guess", GuessTask),
     ("linear_code", LinearCodeTask),
     ("math_words", MathWordTask),
+    ("gym", GymTasks),
 ):
     TASKS.add(_name, _factory)
 # the scheduling problems live in a satellite package (`envs/scheduling/`), named here, imported on use
@@ -53,6 +55,7 @@ ENVIRONMENTS: Registry[Callable[..., Environment]] = Registry("environment")
 ENVIRONMENTS.add("single_turn", SingleTurnEnv, "the prompt, one completion, the task's reward")
 ENVIRONMENTS.add("tools", tool_env, "turns that call tools (env_args.tools) until one answers")
 ENVIRONMENTS.add("guess", GuessEnv, "the higher/lower game of the guess task: a guess per turn")
+ENVIRONMENTS.add("gym", GymEnv, "a Gymnasium text environment (task gym: its id and reset seeds)")
 ENVIRONMENTS.add_lazy("repair", "schedrl.envs.scheduling.repair:RepairEnv")
 
 
