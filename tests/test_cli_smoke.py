@@ -140,7 +140,18 @@ def test_every_recipe_runs_as_shipped(tmp_path, recipe):
     if data.get("engine", {}).get("backend") == "vllm" and importlib.util.find_spec("vllm") is None:
         pytest.skip("needs the vllm extra; tests/test_vllm_engine.py runs its recipe in .venv-vllm")
     short = ["steps=2", "save_every=0", f"out_dir={tmp_path}", "name=run"]
-    summary = _finish(_train(ROOT, str(recipe), *TINY, *_overrides(short)))
+    server = None
+    if data["task"]["name"] == "openenv":  # its server first, on loopback (the recipe's comment says so)
+        pytest.importorskip("openenv.core", reason="needs schedrl[openenv]")
+        from schedrl.envs.openenv.guess_server import serve_in_thread
+
+        url, server = serve_in_thread()
+        short += [f"task.args.url={url}", "sft.steps=0"]
+    try:
+        summary = _finish(_train(ROOT, str(recipe), *TINY, *_overrides(short)))
+    finally:
+        if server is not None:
+            server.should_exit = True
     assert [r["step"] for r in _step_rows(summary["run_dir"])] == [1, 2]
 
 

@@ -118,7 +118,8 @@ def test_multi_turn_environments_run_in_both_loops_without_speculation_or_prunin
     with pytest.raises(ConfigError, match="'task.max_turns' must be > 0"):
         config_from_dict({"task": {**tools, "max_turns": 0}})
     with pytest.raises(
-        ConfigError, match="'task.env' must be one of guess, repair, single_turn, tools or a dotted path"
+        ConfigError,
+        match="'task.env' must be one of guess, gym, openenv, repair, single_turn, tools or a dotted path",
     ):
         resolve_config({"task": {"env": "chat"}})
 

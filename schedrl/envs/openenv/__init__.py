@@ -1,0 +1,1 @@
+"""OpenEnv environments (`openenv-core`: reset/step servers over HTTP and WebSocket) as schedrl episodes."""
