@@ -239,6 +239,9 @@ class LoggingConfig:
     wandb_mode: str | None = None  # online, offline or disabled; None: W&B's own default (WANDB_MODE)
     mlflow_tracking_uri: str | None = None  # None: a file store in the run directory (mlruns/)
     every: int = 1  # mirror every N-th step's metrics to the backends (metrics.jsonl gets every step)
+    # multi-turn: each episode's model turns, environment calls and answers' waits as spans
+    # (episodes.jsonl), exported with the workers' timeline as a Perfetto/Chrome trace (trace.json)
+    episode_trace: bool = True
 
 
 @dataclass

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from schedrl.timeline import TIMELINE_FILE, busy_fractions, read_spans
+from schedrl.trace_export import TRACE_FILE, write_trace
 from schedrl.training.run_dir import read_metrics
 
 SECTIONS = (
@@ -362,8 +363,18 @@ def timeline_section(runs: Sequence[Run]) -> Section:
         return _empty("timeline", "Timeline", "no timeline in this run directory")
     fractions = busy_fractions(spans)
     table = f"<pre>{html.escape(format_fractions(fractions))}</pre>"
+    trace = ""
+    if (run.root / TRACE_FILE).is_file():
+        trace = (
+            f"<p id='trace'>The workers' spans and each episode's model turns, environment calls and waits: "
+            f"<a href='{TRACE_FILE}'>{TRACE_FILE}</a> (a Perfetto / Chrome trace: open it in "
+            "https://ui.perfetto.dev or chrome://tracing).</p>"
+        )
     return Section(
-        "timeline", "Timeline (what each worker did when)", _svg(gantt_figure(spans)) + table, len(spans)
+        "timeline",
+        "Timeline (what each worker did when)",
+        _svg(gantt_figure(spans)) + table + trace,
+        len(spans),
     )
 
 
@@ -436,6 +447,7 @@ def render(runs: Sequence[Run], title: str) -> str:
 def write_run_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """The report of one run, `RUN_DIR/report.html` unless `out` is given."""
     run = Run.load(run_dir)
+    write_trace(run.root)  # trace.json beside it, linked from the timeline section
     path = Path(out) if out is not None else run.root / "report.html"
     path.write_text(render([run], f"schedrl run {run.name}"), encoding="utf-8")
     return path

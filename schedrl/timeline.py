@@ -18,7 +18,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 TIMELINE_FILE = "timeline.jsonl"  # in the run directory
+EPISODES_FILE = "episodes.jsonl"  # the episodes' own spans, beside it (`write_spans`)
 KINDS = ("generate", "prefill", "decode", "reward", "train", "weight-sync", "wait")
+EPISODE_KINDS = ("env", "turn", "answer-wait")  # an environment call, a model turn, an answer's wait
 BUSY = frozenset(KINDS) - {"wait"}
 MERGE_GAP_S = 1e-3
 
@@ -29,6 +31,8 @@ class Span:
     kind: str
     start: float  # time.time() seconds
     end: float
+    track: str = ""  # an episode's spans: its id (a row of its own in the trace); "" for a worker's own
+    name: str = ""  # what it was, for the trace: "reset", "step ok,ok", "turn 2"
 
     @property
     def duration(self) -> float:
@@ -42,9 +46,13 @@ class Recorder:
         self.worker = worker
         self.spans: list[Span] = []
 
-    def add(self, kind: str, start: float, end: float) -> None:
-        if kind not in KINDS:
-            raise ValueError(f"unknown span kind {kind!r}; expected one of {', '.join(KINDS)}")
+    def add(self, kind: str, start: float, end: float, track: str = "", name: str = "") -> None:
+        if kind not in (EPISODE_KINDS if track else KINDS):
+            known = EPISODE_KINDS if track else KINDS
+            raise ValueError(f"unknown span kind {kind!r}; expected one of {', '.join(known)}")
+        if track:  # an episode's spans are never merged
+            self.spans.append(Span(self.worker, kind, start, end, track, name))
+            return
         last = self.spans[-1] if self.spans else None
         if last is not None and last.kind == kind and 0 <= start - last.end <= MERGE_GAP_S:
             last.end = max(last.end, end)
@@ -68,6 +76,15 @@ def append_spans(path: Path, spans: Iterable[Span]) -> None:
     with open(path, "a") as f:
         for s in spans:
             f.write(json.dumps(asdict(s)) + "\n")
+
+
+def write_spans(root: Path, spans: Iterable[Span]) -> None:
+    """A run's spans into its directory: the workers' to the timeline, the episodes' to EPISODES_FILE."""
+    spans = list(spans)
+    append_spans(root / TIMELINE_FILE, [s for s in spans if not s.track])
+    episodes = [s for s in spans if s.track]
+    if episodes:
+        append_spans(root / EPISODES_FILE, episodes)
 
 
 def read_spans(path: Path) -> list[Span]:

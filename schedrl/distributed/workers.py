@@ -124,6 +124,8 @@ class EngineWorker(Inspectable):
             assert runner is not None
             self.engine: Any = EpisodeEngine(runner)
         self.timeline = Recorder(name)
+        if self.cfg.task.env != "single_turn" and self.cfg.logging.episode_trace:
+            runner.timeline = self.timeline  # each episode's turns and calls, spans of this worker
         self.scorer = None
         if reward_source is not None:
             from schedrl.envs.scoring import RewardScorer

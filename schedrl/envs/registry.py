@@ -49,6 +49,7 @@ for _name, _path in (
 ):
     TASKS.add_lazy(_name, _path)
 TASKS.add_lazy("openenv", "schedrl.envs.openenv.adapter:OpenEnvTasks")  # needs schedrl[openenv]
+TASKS.add_lazy("verifiers", "schedrl.envs.verifiers_adapter:VerifiersTasks")  # needs schedrl[verifiers]
 
 # How a task's episodes run: `single_turn` (the prompt, one completion, the task's reward) or `tools`
 # (turns that call tools until one answers); each takes the task source first.
@@ -57,6 +58,7 @@ ENVIRONMENTS.add("single_turn", SingleTurnEnv, "the prompt, one completion, the 
 ENVIRONMENTS.add("tools", tool_env, "turns that call tools (env_args.tools) until one answers")
 ENVIRONMENTS.add("guess", GuessEnv, "the higher/lower game of the guess task: a guess per turn")
 ENVIRONMENTS.add("gym", GymEnv, "a Gymnasium text environment (task gym: its id and reset seeds)")
+ENVIRONMENTS.add_lazy("verifiers", "schedrl.envs.verifiers_adapter:VerifiersEnv")
 ENVIRONMENTS.add_lazy("openenv", "schedrl.envs.openenv.adapter:OpenEnvEnv")
 ENVIRONMENTS.add_lazy("repair", "schedrl.envs.scheduling.repair:RepairEnv")
 

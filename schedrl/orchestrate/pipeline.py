@@ -29,7 +29,7 @@ from schedrl.orchestrate.loop import Finished, Loop
 from schedrl.orchestrate.step_metrics import timing_metrics
 from schedrl.orchestrate.update_batch import UpdateBatch
 from schedrl.rollout import group_requests
-from schedrl.timeline import TIMELINE_FILE, append_spans
+from schedrl.timeline import write_spans
 from schedrl.training.checkpoint import latest_checkpoint
 from schedrl.training.lora import ADAPTER_DIR, AdapterBase
 from schedrl.training.parallel import tied_names
@@ -305,7 +305,7 @@ class Pipeline:
             spans += self.backend.get(remote(self.backend, self.learner, LearnerWorker.spans)())
             if self.reward_worker is not None:
                 spans += self.backend.get(remote(self.backend, self.reward_worker, RewardWorker.spans)())
-        append_spans(self.components.run.root / TIMELINE_FILE, sorted(spans, key=lambda s: s.start))
+        write_spans(self.components.run.root, sorted(spans, key=lambda s: s.start))
 
 
 def run_pipeline(c: Components, on_step: StepCallback | None = None) -> None:

@@ -21,7 +21,7 @@ from schedrl.orchestrate.step_metrics import timing_metrics
 from schedrl.orchestrate.update_batch import UpdateBatch
 from schedrl.orchestrate.watchdog import Watchdog
 from schedrl.rewards.judge import policy_judges
-from schedrl.timeline import TIMELINE_FILE, Recorder, append_spans
+from schedrl.timeline import Recorder, write_spans
 from schedrl.training.checkpoint import save_checkpoint
 from schedrl.types import Request, group_of
 
@@ -79,6 +79,9 @@ class StepCluster:
         self.fleet = LocalFleet(c.engine, start)
         self.launched: tuple[UpdateBatch, int] | None = None
         self.timeline = Recorder("trainer")
+        episodes = getattr(c.rollout, "episodes", None)
+        if episodes is not None and cfg.logging.episode_trace:  # the episodes' spans join the trainer's
+            episodes.timeline = self.timeline
         self.rollout_stats: dict[str, float] = {}
         self.gen_s, self.started_t = 0.0, time.perf_counter()
 
@@ -171,7 +174,7 @@ class StepCluster:
         self.gen_s, self.started_t = 0.0, time.perf_counter()  # a step's time leaves out its logging
 
     def checkpoint(self, done: int) -> None:
-        append_spans(self.c.run.root / TIMELINE_FILE, self.timeline.drain())
+        write_spans(self.c.run.root, self.timeline.drain())
         self.c.state["pipeline"] = self.loop.state_dict()
         checkpoint(self.c, done)
 

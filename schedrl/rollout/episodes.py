@@ -43,6 +43,7 @@ from schedrl.envs.tools import clip_tokens
 from schedrl.rollout.clock import WallClock
 from schedrl.rollout.tool_wait import Back, Release, ToolWaitPolicy, Turn
 from schedrl.seeding import derive_seed
+from schedrl.timeline import Recorder
 from schedrl.types import FinishReason, Request, Sample, task_of
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class _Episode:
     kept: bool = False  # ... and whether that request parks its keys and values
     started: float = 0.0
     ended: float = 0.0
+    turn_wall: float = 0.0  # time.time() when its model turn went to the engine (the episode trace)
     suspended: bool = False  # cut (`suspend`): its answers wait, nothing of it is admitted
     cut: Sample | None = None  # the partial model turn an abort took out of the engine, to resume
 
@@ -74,6 +76,8 @@ class _Pending:
     ep: _Episode
     kind: str  # "reset" | "step"
     submitted: float
+    wall: float = 0.0  # time.time() at submission, and at the answer (for the episode trace)
+    answered: float = 0.0
 
 
 class EnvironmentFailure(RuntimeError):
@@ -147,6 +151,7 @@ class EpisodeRunner:
         self._in_engine: dict[str, _Episode] = {}  # model-turn request id -> its episode
         self._ended: list[_Episode] = []  # ended since the last `advance` returned
         self._closing: list[concurrent.futures.Future] = []  # environments' `close` calls in flight
+        self.timeline: Recorder | None = None  # set: each episode's turns and calls as spans of its own
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="environments", daemon=True)
         self._beat = time.monotonic()  # when the loop last ran a callback: its heartbeat
@@ -362,9 +367,28 @@ class EpisodeRunner:
     # ---- events -----------------------------------------------------------------------------
     def _call(self, ep: _Episode, kind: str, coro) -> None:
         f = self._submit(coro)
+        pending = _Pending(ep, kind, self.clock.now(), time.time())
+        if self._tracing:
+            f.add_done_callback(lambda _f: setattr(pending, "answered", time.time()))
         if self.clock.virtual:  # answers at once, with their latency: wait for it so runs are deterministic
             self._wait([f], concurrent.futures.ALL_COMPLETED)
-        self._waiting[f] = _Pending(ep, kind, self.clock.now())
+        self._waiting[f] = pending
+
+    @property
+    def _tracing(self) -> bool:
+        return self.timeline is not None and not self.clock.virtual
+
+    def _trace_env(self, p: _Pending, statuses: tuple = ()) -> None:
+        """The call's span (submitted to answered) and the answer's wait for the runner to take it."""
+        if not self._tracing:
+            return
+        assert self.timeline is not None
+        now = time.time()
+        answered = p.answered or now
+        name = p.kind + (" " + ",".join(map(str, statuses)) if statuses else "")
+        self.timeline.add("env", p.wall, answered, track=p.ep.request.id, name=name)
+        if now - answered > 1e-4:
+            self.timeline.add("answer-wait", answered, now, track=p.ep.request.id, name="answer waits")
 
     def _idle(self, waiting: dict, arrivals: dict, lockstep: bool) -> None:
         if self.clock.virtual:
@@ -397,9 +421,11 @@ class EpisodeRunner:
         try:
             out = future.result()
         except Exception as err:  # the environment's failure ends its episode with reward 0, counted
+            self._trace_env(p, ("failed",))
             self._env_error(ep, p.kind, err)
             self._end(ep, 0.0)
             return
+        self._trace_env(p, tuple(out.info.get("tools", ())) if isinstance(out, StepResult) else ())
         priority = 0.0
         if p.kind == "reset":
             if not isinstance(out, Observation):
@@ -468,9 +494,14 @@ class EpisodeRunner:
             self._end(ep)
             return
         ep.last_turn, ep.kept = turn.id, keep_s > 0
+        ep.turn_wall = time.time()
         self._in_engine[turn.id] = ep
 
     def _on_model_turn(self, ep: _Episode, s: Sample) -> None:
+        if self._tracing:
+            assert self.timeline is not None
+            name = f"turn {ep.ledger.turn} ({len(s.token_ids)} tokens)"
+            self.timeline.add("turn", ep.turn_wall, time.time(), track=ep.request.id, name=name)
         ep.ledger.append_model(s.token_ids, s.logprobs, s.versions)
         ep.text += s.text
         if s.finish_reason == "length" and ep.ledger.num_model_tokens >= ep.request.params.max_new_tokens:
