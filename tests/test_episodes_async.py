@@ -189,3 +189,9 @@ def test_asynchronous_training_with_tools_on_threads(tmp_path, pipeline):
     assert all(r["staleness_max"] <= 1 for r in rows)
     assert all(r["turns_mean"] >= 1 and r["masked_tokens"] > 0 for r in rows)  # episodes, with tool tokens
     assert "greedy_acc" in result["eval_after"]
+    # the engine workers' episode counts, as the synchronous loop logs them: tool outcomes (cumulative)
+    # and the prefill and reuse of each update
+    calls = [sum(v for k, v in r.items() if k.startswith("tool/")) for r in rows]
+    assert calls[0] > 0 and calls == sorted(calls)
+    assert all(r["prefill_tokens"] >= 0 and r["kv_reused_tokens"] >= 0 and "env_errors" in r for r in rows)
+    assert sum(r["prefill_tokens"] for r in rows) > 0  # engine work between updates, not in lockstep

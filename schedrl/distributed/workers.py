@@ -209,6 +209,11 @@ class EngineWorker(Inspectable):
     def spans(self) -> list[Span]:
         return self.timeline.drain()
 
+    def counters(self) -> dict[str, float]:
+        """A multi-turn worker's cumulative episode counts (`EpisodeRunner.counters`); {} otherwise."""
+        runner = getattr(self.engine, "runner", None)
+        return runner.counters() if runner is not None else {}
+
     def close(self) -> None:
         """Shut the engine down where it has resources of its own (vLLM's); a no-op for the built-in one."""
         close = getattr(self._base, "close", None)

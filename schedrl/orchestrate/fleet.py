@@ -245,6 +245,21 @@ class EngineFleet:
         """(timeline name, worker) of engines `indices`."""
         return [(worker_name(i, len(self.engines)), self.engines[i]) for i in indices]
 
+    def counters(self) -> dict[str, float]:
+        """The engines' cumulative episode counts, summed (rates and means of the session pools are
+        averaged over the engines that have them)."""
+        total: dict[str, float] = {}
+        seen: dict[str, int] = {}
+        for engine in self.engines:
+            try:
+                counts = self.backend.get(remote(self.backend, engine, EngineWorker.counters)())
+            except WorkerDiedError:
+                continue
+            for k, v in counts.items():
+                total[k] = total.get(k, 0.0) + v
+                seen[k] = seen.get(k, 0) + 1
+        return {k: v / seen[k] if k.endswith(("_rate", "_mean")) else v for k, v in total.items()}
+
     def spans(self) -> list:
         spans = []
         for engine in self.engines:

@@ -67,6 +67,7 @@ class Pipeline:
         self.batch_metrics: list[dict[str, float]] = []  # the batch metrics of each update sent, oldest first
         self.last_done_t = time.perf_counter()
         self.migrated = 0  # requests the fleet had moved between engines at the last update
+        self.episode_totals: dict[str, float] = {}  # the engines' episode counts at the last update
         state = c.state.get("pipeline")
         if state is not None:
             self.loop.load_state_dict(state)
@@ -193,7 +194,21 @@ class Pipeline:
         }
         self.migrated = self.fleet.migrated
         self.last_done_t = now
+        if self.cfg.task.env != "single_turn":
+            metrics.update(self._episode_counts())
         self._after_update(version, metrics)
+
+    def _episode_counts(self) -> dict[str, float]:
+        """What the synchronous loop logs of its episodes, from the engine workers: per update, the prefill
+        and keys-and-values counts since the last one; cumulative, the tool-call outcomes (`tool/*`),
+        environment errors and the session pools' counts (`session/*`)."""
+        now = self.fleet.counters()
+        per_update = ("prefill_tokens", "kv_reused_tokens", "kv_evicted", "kv_expired")
+        out = {k: v for k, v in now.items() if k not in per_update}
+        for k in per_update:  # an engine restarted since counts from zero again: never below zero
+            out[k] = max(0.0, now.get(k, 0.0) - self.episode_totals.get(k, 0.0))
+        self.episode_totals = now
+        return out
 
     def _after_update(self, done: int, metrics: dict) -> None:
         after_update(self.components, done, metrics, self.on_step, self.sync_local_weights, self.checkpoint)

@@ -38,7 +38,7 @@ from schedrl.engine import Engine, ParkingEngine, StepStats
 from schedrl.envs.base import Task
 from schedrl.envs.environment import Environment, Observation, StepResult
 from schedrl.envs.ledger import TokenLedger
-from schedrl.envs.sessions import close_pools
+from schedrl.envs.sessions import close_pools, pool_metrics
 from schedrl.envs.tools import clip_tokens
 from schedrl.rollout.clock import WallClock
 from schedrl.rollout.tool_wait import Back, Release, ToolWaitPolicy, Turn
@@ -358,6 +358,17 @@ class EpisodeRunner:
             err = f.exception()
             if err is not None:  # a failing close must not lose the episodes
                 self._env_error(None, "close", err)
+
+    def counters(self) -> dict[str, float]:
+        """Cumulative counts since the runner started: its engine's (`prefill_tokens`, `kv_reused_tokens`,
+        `kv_evicted`, `kv_expired`), environment errors, each tool-call outcome (`tool/<outcome>`) and
+        the session pools' (`session/*`): what an engine worker reports to the asynchronous pipeline."""
+        return {
+            **{k: float(v) for k, v in self._engine_counters().items()},
+            "env_errors": float(self.env_errors),
+            **{f"tool/{k}": float(v) for k, v in self.tool_counts.items()},
+            **pool_metrics(),
+        }
 
     def _engine_counters(self) -> dict[str, int]:
         names = {"prefill_tokens": "num_prefill_tokens", "kv_reused_tokens": "num_reused"}
