@@ -22,7 +22,9 @@ def test_trace_events_in_closed_form():
     events = trace_events(workers, episodes)
     meta = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M"}
     assert meta == {(1, 0): "engine", (2, 0): "learner", (3, 0): "episodes", (3, 1): "ep-a", (3, 2): "ep-b"}
-    complete = [(e["name"], e["cat"], e["pid"], e["tid"], e["ts"], e["dur"]) for e in events if e["ph"] == "X"]
+    complete = [
+        (e["name"], e["cat"], e["pid"], e["tid"], e["ts"], e["dur"]) for e in events if e["ph"] == "X"
+    ]
     assert complete == [
         ("decode", "decode", 1, 0, 0.0, 500000.0),
         ("train", "train", 2, 0, 250000.0, 750000.0),
