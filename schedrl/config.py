@@ -81,6 +81,9 @@ class AlgoConfig:
     loss_args: dict[str, Any] = field(default_factory=dict)
     advantage: str = "grpo"  # registered advantage estimator
     std_normalize: bool = True  # divide group-centred rewards by the group std
+    # AgentRL's task-level normalisation for a multi-task mix: the advantages of each task type (the
+    # task's domain) in a batch standardised among themselves, so no task's reward scale dominates
+    task_normalize: bool = False
     # multi-turn credit: broadcast (one advantage per trajectory) or return_to_go (one per turn)
     turn_credit: str = "broadcast"
     turn_discount: float = 1.0  # gamma of the per-turn return-to-go

@@ -87,3 +87,20 @@ def raw_reward(
     check_groups(rewards, group_index)
     r = rewards.detach()
     return r if r.is_floating_point() else r.float()
+
+
+def task_normalized(adv: Tensor, task_index: Tensor, eps: float = 1e-4) -> Tensor:
+    """AgentRL's task-level advantage normalisation.  adv, task_index: (N,) -> (N,).
+
+    A'_i = (A_i - mean_t(A)) / (std_t(A) + eps), t the task type of sample i (its domain): within a
+    multi-task batch each task's advantages are standardised among themselves, so a task whose rewards
+    are larger or more spread out does not take the update over. A task with one sample, or with equal
+    advantages, gets 0.
+
+    Reference: Zhang et al. 2025, "AgentRL: Scaling Agentic Reinforcement Learning with a Multi-Turn,
+    Multi-Task Framework", arXiv:2510.04206.
+    """
+    if eps <= 0:
+        raise ValueError(f"eps must be > 0; got {eps}")
+    mean, std = group_stats(adv, task_index)
+    return (adv.detach().to(mean.dtype) - mean) / (std + eps)

@@ -55,6 +55,11 @@ def check_run(cfg: RunConfig) -> RunConfig:
             f"config field 'algo.turn_credit' must be one of {', '.join(TURN_CREDITS)}, "
             f"got {cfg.algo.turn_credit!r}"
         )
+    if cfg.algo.task_normalize and cfg.algo.turn_credit != "broadcast":
+        raise ConfigError(
+            "config field 'algo.task_normalize' standardises one advantage per sample by task type; "
+            f"algo.turn_credit {cfg.algo.turn_credit!r} gives one per turn: use broadcast"
+        )
     if cfg.algo.turn_credit == "return_to_go" and cfg.algo.advantage != "grpo":
         raise ConfigError(
             "config field 'algo.turn_credit' is 'return_to_go': it replaces the group advantage with one per "

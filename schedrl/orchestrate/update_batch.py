@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from schedrl.algos import registry
+from schedrl.algos.advantages import task_normalized
 from schedrl.algos.turn_credit import per_token, turn_advantages
 from schedrl.config import AlgoConfig
 from schedrl.contracts.workers import LearnerBatch
@@ -61,6 +62,10 @@ class UpdateBatch:
         rewards = torch.tensor([smp.reward for smp in samples])
         index = group_index(samples)
         adv = registry.get("advantage", algo.advantage)(rewards, index, std_normalize=algo.std_normalize)
+        if algo.task_normalize:  # AgentRL: each task type's advantages standardised among themselves
+            domains = [g.task.domain for g in groups for _ in g.samples()]
+            labels = {d: i for i, d in enumerate(dict.fromkeys(domains))}
+            adv = task_normalized(adv, torch.tensor([labels[d] for d in domains]))
         plan = [(g.task, len(g.samples())) for g in groups]
         return cls(
             update, samples, masks, rewards, index, adv, learner_advantages(algo, samples, index, adv), plan
