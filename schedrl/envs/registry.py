@@ -18,6 +18,7 @@ from schedrl.envs.guess import GuessEnv, GuessTask
 from schedrl.envs.gym_adapter import GymEnv, GymTasks
 from schedrl.envs.longtail import LongtailMix
 from schedrl.envs.math_words import MathWordTask
+from schedrl.envs.swe_repair import SWERepairTask
 from schedrl.envs.text_to_sql import TextToSQLTask
 from schedrl.envs.tiered import TieredMix
 from schedrl.envs.tool_env import tool_env
@@ -39,6 +40,7 @@ for _name, _factory in (
     ("math_words", MathWordTask),
     ("gym", GymTasks),
     ("text_to_sql", TextToSQLTask),
+    ("swe_repair", SWERepairTask),
 ):
     TASKS.add(_name, _factory)
 # the scheduling problems live in a satellite package (`envs/scheduling/`), named here, imported on use
