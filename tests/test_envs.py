@@ -235,6 +235,11 @@ def test_make_task_errors() -> None:
         "jssp_text",
         "rcpsp",
         "sched_tiered",
+        "gym",
+        "openenv",
+        "verifiers",
+        "text_to_sql",
+        "swe_repair",
     }
 
 

@@ -143,6 +143,9 @@ class FakeEngine:
     def spans(self):
         return []
 
+    def counters(self):  # a multi-turn worker's episode counts: this engine runs no tools
+        return {}
+
 
 class FakeLearner:
     def __init__(self, rng: random.Random, bounded: bool = True):
