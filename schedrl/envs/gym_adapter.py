@@ -41,6 +41,19 @@ def make_gym(env_id: str, kwargs: Mapping[str, Any] | None) -> Any:
         raise ValueError(f"gym environment {env_id!r}: {type(err).__name__}: {err}") from None
 
 
+def reset_seeds(key: str, split: str, n: int, seed: int, max_seed: int) -> list[int]:
+    """`n` reset seeds of `split`, drawn from `seed`: about 10% of seeds are eval, by the hash of
+    `key:seed` (an environment's tasks are its reset seeds: here and in the `openenv` adapter)."""
+    check_split(split)
+    rng = random.Random(seed)
+    seeds: list[int] = []
+    while len(seeds) < check_count(n):
+        s = rng.randrange(max_seed)
+        if split_of(f"{key}:{s}") == split:
+            seeds.append(s)
+    return seeds
+
+
 def text_of(env_id: str, obs: Any) -> str:
     if not isinstance(obs, str):
         raise ValueError(
@@ -62,17 +75,10 @@ class GymTasks:
         self._env: Any = None  # resets here give each task its prompt
 
     def sample(self, split: str, n: int, seed: int) -> list[Task]:
-        check_split(split)
-        rng = random.Random(seed)
-        tasks: list[Task] = []
-        while len(tasks) < check_count(n):
-            s = rng.randrange(self.max_seed)
-            key = f"{self.id}:{s}"
-            if split_of(key) == split:
-                tasks.append(
-                    Task(task_id("gym", key), self.first_observation(s), "", "gym", metadata={"seed": s})
-                )
-        return tasks
+        return [
+            Task(task_id("gym", f"{self.id}:{s}"), self.first_observation(s), "", "gym", metadata={"seed": s})
+            for s in reset_seeds(self.id, split, n, seed, self.max_seed)
+        ]
 
     def first_observation(self, seed: int) -> str:
         if self._env is None:

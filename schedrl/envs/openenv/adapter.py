@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from schedrl.envs.base import Task, check_count, check_split, split_of, task_id
+from schedrl.envs.base import Task, task_id
 from schedrl.envs.environment import Observation, StepResult
+from schedrl.envs.gym_adapter import reset_seeds
 from schedrl.envs.sessions import SessionPool, pool_for
 
 INVALID = "VALIDATION_ERROR"  # the code of OpenEnv's error for an action its model refuses
@@ -85,13 +85,7 @@ class OpenEnvTasks:
         self.connect_timeout_s, self.max_seed = connect_timeout_s, max_seed
 
     def sample(self, split: str, n: int, seed: int) -> list[Task]:
-        check_split(split)
-        rng = random.Random(seed)
-        seeds: list[int] = []
-        while len(seeds) < check_count(n):
-            s = rng.randrange(self.max_seed)
-            if split_of(f"{self.url}:{s}") == split:
-                seeds.append(s)
+        seeds = reset_seeds(self.url, split, n, seed, self.max_seed)
         prompts = asyncio.run(self._first_observations(seeds))
         return [
             Task(task_id("openenv", f"{self.url}:{s}"), p, "", "openenv", metadata={"seed": s})
