@@ -6,14 +6,14 @@ one at reset and gives it back at close; nothing of one episode's state reaches 
 given back is either recycled (cleared by the server's own reset, then kept warm for the next episode)
 or destroyed.
 
-`SessionPool(start, size, recycle, close)`: `size` is the scheduling knob, how many sessions the pool
+`SessionPool(start, close, size, recycle)`: `size` is the scheduling knob, how many sessions the pool
 keeps ready. `acquire` takes an idle one (a hit) or waits for one being started for the pool, and starts
 one itself (a cold start, on the episode's time) only when none is idle or coming; each acquire tops
-the pool back up in the background (with a recycle, sessions lent out count as coming back). `release` recycles the session when a recycle is given, the
-session is healthy and the pool has room, and destroys it otherwise. `size: 0` is no pool: every
-episode starts its own session and destroys it at close. `stats` counts acquires, hits, cold starts,
-recycles and the seconds each took; `pool_metrics()` sums them over the process's pools, as the run's
-`session/*` metrics.
+the pool back up in the background (with a recycle, sessions lent out count as coming back). `release`
+recycles the session when a recycle is given, the session is healthy and the pool has room, and
+destroys it otherwise. `size: 0` is no pool: every episode starts its own session and destroys it at
+close. `stats` counts acquires, hits, cold starts, recycles and the seconds each took; `pool_metrics()`
+sums them over the process's pools, as the run's `session/*` metrics.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from schedrl.envs.base import GeneratedTasks, Task, check_int_range, task_id
+from schedrl.envs.base import GeneratedTasks, Task, check_int_range, split_of, task_id
 
 NAMES = ("ana", "ben", "cy", "dee", "eli", "fay", "gus", "hal", "ivy", "jo")
 CITIES = ("oslo", "rome", "lima", "kyiv")
@@ -105,8 +105,6 @@ class TextToSQLTask(GeneratedTasks):
 
     def draw(self, rng: random.Random, split: str) -> Task:
         """Split by the question and its table together (the same question on another table is another task)."""
-        from schedrl.envs.base import split_of
-
         for _ in range(self.max_tries):
             task = self.candidate(rng)
             if split_of(task.id) == split:

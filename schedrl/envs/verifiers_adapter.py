@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import json
 import random
 import time
@@ -189,8 +190,10 @@ class Turns:
         self.answers: asyncio.Queue = asyncio.Queue()
 
 
+@functools.cache
 def policy_client() -> Any:
-    """A verifiers `Client` whose responses are the running episode's model turns (`TURNS`)."""
+    """A verifiers `Client` whose responses are the running episode's model turns (`TURNS`): one per
+    process, each rollout finding its own episode through the context it was started in."""
     vf = verifiers()
     from verifiers.types import (  # pyright: ignore[reportMissingImports]
         Response,
