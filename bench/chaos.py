@@ -1,6 +1,6 @@
 """Chaos: SIGKILL training runs at random points and inside the checkpoint protocol, resume each, check.
 
-    python bench/chaos.py                          # 20 kills per mode: sync, threads, ray (~35 min)
+    python bench/chaos.py                          # 20 kills per mode: sync, threads, ray, delayed
     python bench/chaos.py --kills 4 --modes sync   # a quick look
 
 Each mode runs the same small recipe (the tiny model sorting digits, 10 steps, a checkpoint every
@@ -11,7 +11,8 @@ On Ray the learner writes checkpoints in its actor, out of the driver's reach, s
 is at a random moment. Each killed run is resumed with `schedrl train --resume` and checked:
 
 * sync: its metrics equal those of an uninterrupted run (wall-clock keys aside);
-* async: from the sample ledger of its last checkpoint, no group lost (every issued group is
+* async (and `delayed`: forecasting, whose samples wait 1 or 2 batches for their rewards, so every
+  checkpoint holds some): from the sample ledger of its last checkpoint, no group lost (every issued group is
   consumed, still buffered, or dropped as too stale, and listed so) and none trained twice, and
   no step trained on tokens older than the staleness bound.
 
@@ -45,12 +46,21 @@ RECIPE = {
     "sft": {"steps": 5},
     "eval": {"tasks": 4, "k": 1},
 }
+# `delayed`: forecasting, whose questions resolve 1 or 2 batches after they are drawn, so every checkpoint
+# holds samples waiting for their rewards (`schedrl.envs.forecast`)
+DELAYED = {
+    **RECIPE,
+    "task": {"name": "forecast", "args": {"max_delay": 2}},
+    "algo": {"std_normalize": False},
+    "sft": {"steps": 0},
+}
 MAX_STALENESS = 2
 ASYNC = ["pipeline.mode=async", "algo.correction=decoupled", f"schedule.max_staleness={MAX_STALENESS}"]
 MODES = {
     "sync": [],
     "threads": [*ASYNC, "pipeline.backend=threads", "schedule.weight_sync=inflight"],
     "ray": [*ASYNC, "pipeline.backend=ray", "schedule.weight_sync=inflight"],
+    "delayed": [*ASYNC, "pipeline.backend=threads"],
 }
 PLACES = ("moment", *POINTS)
 
@@ -65,7 +75,7 @@ def _sets(pairs: list[str]) -> list[str]:
 
 def _launch(work: Path, name: str, mode: str, place: str = "moment", save: int = 0) -> subprocess.Popen:
     recipe = work / "recipe.yaml"
-    recipe.write_text(json.dumps({**RECIPE, "out_dir": str(work)}))
+    recipe.write_text(json.dumps({**(DELAYED if mode == "delayed" else RECIPE), "out_dir": str(work)}))
     args = ["train", str(recipe), *_sets([*MODES[mode], f"name={name}"])]
     cmd = [sys.executable, "-m", "schedrl.cli", *args]
     if place != "moment":
@@ -83,8 +93,9 @@ def _steps(run: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
 
 
-def _ledger(run: Path) -> tuple[int, int]:
-    """(lost groups, groups trained twice) from the sample ledger of the run's last checkpoint."""
+def _ledger(run: Path) -> tuple[int, int, int]:
+    """(lost groups, groups trained twice, samples held for their rewards) from the sample ledger of the
+    run's last checkpoint."""
     ckpt = latest_checkpoint(run / "checkpoints")
     assert ckpt is not None, f"{run}: no checkpoint after the resumed run"
     final = json.loads((ckpt / "state.json").read_text())["pipeline"]
@@ -97,7 +108,8 @@ def _ledger(run: Path) -> tuple[int, int]:
     left = {g["id"] for g in final["groups"]}
     spent = issued - set(consumed) - left
     lost = sum(not any(d.startswith(f"{gid}/") for d in final["dropped"]) for gid in spent)
-    return lost, len(consumed) - len(set(consumed))
+    held = sum(len(g.get("waiting", {})) for g in final["groups"])
+    return lost, len(consumed) - len(set(consumed)), held
 
 
 def _wait_for_start(proc: subprocess.Popen, run: Path) -> float:
@@ -126,6 +138,7 @@ def run_mode(
         "duplicate_samples": 0,
         "staleness_violations": 0,
         "finished_before_kill": 0,
+        "held_samples": 0,
     }
     places = places or (PLACES if mode != "ray" else ("moment",))
     for i in range(kills):
@@ -155,9 +168,10 @@ def run_mode(
         if mode == "sync":
             out["identical"] += rows == expected
         else:
-            lost, twice = _ledger(work / name)
+            lost, twice, held = _ledger(work / name)
             out["lost_samples"] += lost
             out["duplicate_samples"] += twice
+            out["held_samples"] += held
             out["staleness_violations"] += sum(r.get("staleness_max", 0) > MAX_STALENESS for r in rows)
         print(f"{mode:8s} {name} killed at {place:8s} (save {save}): resumed", flush=True)
     return out
@@ -182,6 +196,7 @@ def main() -> None:
         "duplicate_samples",
         "staleness_violations",
         "finished_before_kill",
+        "held_samples",
     )
     print(f"{'mode':8s} " + " ".join(f"{k:>20s}" for k in keys))
     for mode, r in results.items():

@@ -21,3 +21,11 @@ def test_async_kills_lose_and_repeat_nothing(tmp_path):
     out = chaos.run_mode("threads", 2, random.Random(1), tmp_path, places=("renamed", "moment"))
     assert out["kills"] >= 1 and out["resumed"] == out["kills"], out
     assert (out["lost_samples"], out["duplicate_samples"], out["staleness_violations"]) == (0, 0, 0), out
+
+
+def test_samples_waiting_for_their_rewards_survive_kills(tmp_path):
+    """Forecasting: the checkpoints hold samples whose questions have not resolved; none is lost or trained
+    twice across a SIGKILL and resume."""
+    out = chaos.run_mode("delayed", 2, random.Random(2), tmp_path, places=("moment", "synced"))
+    assert out["kills"] >= 1 and out["resumed"] == out["kills"] and out["held_samples"] > 0, out
+    assert (out["lost_samples"], out["duplicate_samples"], out["staleness_violations"]) == (0, 0, 0), out

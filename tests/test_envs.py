@@ -240,6 +240,7 @@ def test_make_task_errors() -> None:
         "verifiers",
         "text_to_sql",
         "swe_repair",
+        "forecast",
     }
 
 

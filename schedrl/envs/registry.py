@@ -14,6 +14,7 @@ from schedrl.envs.code_task import LinearCodeTask
 from schedrl.envs.countdown import CountdownTask
 from schedrl.envs.digits import ReverseDigitsTask, SortDigitsTask
 from schedrl.envs.environment import Environment, SingleTurnEnv, build_environment
+from schedrl.envs.forecast import ForecastTask
 from schedrl.envs.guess import GuessEnv, GuessTask
 from schedrl.envs.gym_adapter import GymEnv, GymTasks
 from schedrl.envs.longtail import LongtailMix
@@ -41,6 +42,7 @@ for _name, _factory in (
     ("gym", GymTasks),
     ("text_to_sql", TextToSQLTask),
     ("swe_repair", SWERepairTask),
+    ("forecast", ForecastTask),
 ):
     TASKS.add(_name, _factory)
 # the scheduling problems live in a satellite package (`envs/scheduling/`), named here, imported on use

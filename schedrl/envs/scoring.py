@@ -24,6 +24,18 @@ def needs_reward(s: Sample) -> bool:
     return s.finish_reason != "aborted" and s.reward is None
 
 
+def resolves(task: Task, wave: int) -> int:
+    """The batch whose draw resolves the outcome of `task`, drawn in batch `wave` (-1: known at once): its
+    `metadata["resolves_in"]` batches later (forecasting, `schedrl.envs.forecast`)."""
+    delay = task.metadata.get("resolves_in")
+    return -1 if delay is None else wave + int(delay)
+
+
+def reward_delay(source: object) -> int:
+    """The most batches a task of `source` waits for its outcome (its `reward_delay`; 0: none)."""
+    return int(getattr(source, "reward_delay", 0) or 0)
+
+
 class RewardScorer:
     """Calls `source.reward` per sample; stops the run when the error rate exceeds `max_error_rate`.
 

@@ -3,7 +3,9 @@
 A group is the G samples of one task. It is issued (its requests exist), admitted
 (they were sent to the engine), complete (all G samples finished and scored), then
 consumed by one update or dropped. Samples cut by an abort wait in ``partial`` and
-resume from their prefix, within the original token budget. Everything here is plain
+resume from their prefix, within the original token budget. A task whose reward resolves later
+(forecasting) holds its finished samples in ``waiting``, unscored, until the batch that resolves it
+is drawn (`orchestrate.loop.Loop`). Everything here is plain
 data and serialises to JSON, so a checkpoint carries the whole buffer.
 """
 
@@ -56,6 +58,10 @@ class Group:
     partial: dict[int, Sample] = field(default_factory=dict)  # cut by an abort, waiting to resume
     dropped: list[int] = field(default_factory=list)  # finished, then dropped as too stale to train on
     need: int = 0  # finished samples that complete it (0: every request); the rest are spares
+    # delayed rewards: the batch whose draw resolves its task's outcome (-1: known at once), and its
+    # finished samples held unscored until then, by sample index
+    resolves: int = -1
+    waiting: dict[int, Sample] = field(default_factory=dict)
 
     @property
     def needed(self) -> int:
@@ -75,7 +81,9 @@ class Group:
         return [
             self.resume(r.sample_index)
             for r in self.requests
-            if r.sample_index not in self.done and r.sample_index not in self.dropped
+            if r.sample_index not in self.done
+            and r.sample_index not in self.dropped
+            and r.sample_index not in self.waiting
         ]
 
     def resume(self, index: int) -> Request:
@@ -99,6 +107,8 @@ class Group:
             "partial": {str(i): sample_to_dict(s) for i, s in self.partial.items()},
             "dropped": self.dropped,
             "need": self.need,
+            "resolves": self.resolves,
+            "waiting": {str(i): sample_to_dict(s) for i, s in self.waiting.items()},
         }
 
     @classmethod
@@ -113,4 +123,6 @@ class Group:
             {int(i): sample_from_dict(s) for i, s in d["partial"].items()},
             list(d["dropped"]),
             int(d.get("need", 0)),
+            int(d.get("resolves", -1)),
+            {int(i): sample_from_dict(s) for i, s in d.get("waiting", {}).items()},
         )

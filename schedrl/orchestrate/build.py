@@ -22,10 +22,11 @@ from schedrl.data import SCHEDULERS, DataContext, DataScheduler
 from schedrl.engine import Engine, EngineConfig
 from schedrl.engine.registry import ENGINES
 from schedrl.envs import Environment, TaskSource, make_env, make_task
-from schedrl.envs.scoring import RewardScorer
+from schedrl.envs.scoring import RewardScorer, reward_delay
 from schedrl.models import build_char_tokenizer, build_tiny_model, default_device, load_model_and_tokenizer
 from schedrl.models.loading import move_to
 from schedrl.models.tiny import preset
+from schedrl.orchestrate.check import check_reward_delay
 from schedrl.rollout.episodes import EpisodeRunner
 from schedrl.rollout.registry import ADMISSION
 from schedrl.rollout.step import StepRollout
@@ -207,8 +208,9 @@ def build(cfg: RunConfig, run: RunDir, resume: bool = False, source: TaskSource 
         ckpt is not None and (ckpt / ADAPTER_DIR).is_dir()
     ):  # LoRA: the base; the adapters come from the learner
         path = run.root / REF_MODEL_DIR
-    model, tokenizer = load_policy(cfg, path, device)
     source = source if source is not None else make_task(cfg.task.name, **cfg.task.args)
+    check_reward_delay(cfg, reward_delay(source))
+    model, tokenizer = load_policy(cfg, path, device)
     if cfg.task.reward_model is not None:
         source = with_reward_model(source, cfg.task.reward_model)
     ref_model = None

@@ -10,7 +10,10 @@ The loop keeps the books and leaves every what-runs-when decision to a policy of
   (`StalenessBound.trainable`; a group left with fewer than two is spent), and the consumption policy
   takes the next batch and says which groups it abandons;
 * weight sync: when an update ends, the weight-sync policy decides when its weights reach the engines
-  and what happens to the requests they hold.
+  and what happens to the requests they hold;
+* delayed rewards: a task whose outcome is known only later (forecasting) has its finished samples held
+  unscored in their group until the batch that resolves it is drawn; the world's clock is the batches
+  drawn, so a run draws `horizon` batches past its last update's for its last questions to resolve.
 
 What runs is a `Cluster`, engines and a learner on one clock:
 
@@ -82,13 +85,27 @@ class Cluster(Protocol):
         """After the weight-sync policy has had update `version`: metrics, evaluation, checkpoints."""
         ...
 
+    def score(self, held: list[tuple[Any, int, Any]]) -> None:
+        """Held samples (group, index, sample) whose outcome is now known: score each and hand it to
+        `Loop.finish` (now, or when its reward comes back)."""
+        ...
+
 
 class Loop:
     """The books of a run: the unconsumed groups in issue order, the updates started and finished, the
     sample ledger (consumed groups, dropped samples, abandoned requests)."""
 
-    def __init__(self, schedule: Schedule, per_update: int, updates: int, cluster: Cluster, start: int = 0):
+    def __init__(
+        self,
+        schedule: Schedule,
+        per_update: int,
+        updates: int,
+        cluster: Cluster,
+        start: int = 0,
+        horizon: int = 0,
+    ):
         self.schedule, self.updates, self.cluster = schedule, updates, cluster
+        self.horizon = horizon  # batches drawn past the last update's, for delayed rewards to resolve
         self.consumption = make_consumption(schedule, per_update)
         self.weight_sync = make_weight_sync(schedule)
         self.bound = make_bound(schedule)
@@ -125,11 +142,23 @@ class Loop:
             self.admit()
 
     def finish(self, group: Any, index: int, sample: Any) -> None:
-        """Sample `index` of a buffered group finished (scored, on the real clock)."""
+        """Sample `index` of a buffered group finished: scored (on the real clock), or, while its group's
+        outcome is not known, held unscored."""
+        if self.holds(group) and sample.reward is None:
+            group.waiting[index] = sample
+            return
         group.done[index] = sample
         if group.complete:
             self.completed.append(group)
             self.dirty = True
+
+    def holds(self, group: Any) -> bool:
+        """Whether `group`'s outcome is still unknown: the batch that resolves it is not drawn yet."""
+        return group.resolves >= self.next_wave
+
+    def held(self) -> int:
+        """Finished samples waiting for their outcome."""
+        return sum(len(g.waiting) for g in self.groups.values())
 
     def admit(self) -> None:
         if not self.weight_sync.admits(self.cluster.fleet):
@@ -154,7 +183,7 @@ class Loop:
     def admissible(self, queue: list[Any], group: Any) -> bool:
         """Whether `group` (in `queue`) may go to the engines behind the groups ahead of it."""
         ahead, per_update = self.consumption.position(queue, group)
-        return expected_update(self.started, ahead, per_update) < self.updates and may_admit(
+        return expected_update(self.started, ahead, per_update) < self.updates + self.horizon and may_admit(
             self.started, ahead, per_update, self.cluster.fleet.version, self.bound.k
         )
 
@@ -164,6 +193,12 @@ class Loop:
             return False
         self.groups.update((g.id, g) for g in groups)
         self.next_wave += 1
+        due = [g for g in self.groups.values() if g.waiting and not self.holds(g)]
+        if due:  # the draw resolved their outcomes
+            held = [(g, i, s) for g in due for i, s in g.waiting.items()]
+            for g in due:
+                g.waiting = {}
+            self.cluster.score(held)
         return True
 
     def purge(self, update: int) -> None:

@@ -20,7 +20,7 @@ from schedrl.distributed import WorkerDiedError, WorkerStuckError, make_backend,
 from schedrl.distributed.backend import remote, worker_name
 from schedrl.distributed.workers import EngineWorker, LearnerWorker, RewardWorker, cpu_weights
 from schedrl.engine.weight_push import WeightPush, receive
-from schedrl.envs.scoring import needs_reward
+from schedrl.envs.scoring import needs_reward, resolves, reward_delay
 from schedrl.orchestrate.after_update import StepCallback, after_update, pauses_after
 from schedrl.orchestrate.buffer import Group
 from schedrl.orchestrate.build import Components, sampling_params
@@ -49,7 +49,7 @@ def issue_groups(c: Components, wave: int, consumption) -> list[Group] | None:
     params = sampling_params(c.cfg)
     reqs = group_requests(tasks, c.tokenizer, params, [n for _, n, _ in plan], seed=c.cfg.seed, step=wave)
     return [
-        Group(gid, task, members, wave=wave, need=0 if need == n else need)
+        Group(gid, task, members, wave=wave, need=0 if need == n else need, resolves=resolves(task, wave))
         for (task, n, need), (gid, members) in zip(plan, by_group(reqs), strict=True)
     ]
 
@@ -62,7 +62,9 @@ class Pipeline:
         self.components, self.cfg, self.settings = c, c.cfg, c.cfg.pipeline
         self.backend, self.on_step = backend, on_step
         budget = self.cfg.sampling.prompts_per_step * self.cfg.sampling.group_size  # samples per update
-        self.loop = Loop(self.cfg.schedule, budget, self.cfg.steps, self, c.start_step or 0)
+        self.loop = Loop(
+            self.cfg.schedule, budget, self.cfg.steps, self, c.start_step or 0, reward_delay(c.source)
+        )
         self.learner_futures: list = []  # (stats, weights) futures of the updates sent, oldest first
         self.batch_metrics: list[dict[str, float]] = []  # the batch metrics of each update sent, oldest first
         self.last_done_t = time.perf_counter()
@@ -155,6 +157,10 @@ class Pipeline:
         consumption = self.loop.consumption.metrics()
         self.batch_metrics.append({**batch.record_metrics(bound, len(self.loop.dropped)), **consumption})
 
+    def score(self, held: list[tuple[Group, int, Sample]]) -> None:
+        """Samples held for their outcome, now known: scored as samples are (`_score`), then filed."""
+        self._score([s for _, _, s in held])
+
     def poll(self) -> Finished | None:
         """Keep the engines stepping; wait for an engine chunk or the oldest update."""
         self.loop.dirty = True
@@ -191,6 +197,7 @@ class Pipeline:
             **timing_metrics(batch["gen_tokens"], now - self.last_done_t, stats.pop("train_s", 0.0)),
             "engine_restarts": float(self.fleet.restarts),
             **({"migrated": float(self.fleet.migrated - self.migrated)} if self.fleet.migrate else {}),
+            **({"rewards_held": float(self.loop.held())} if self.loop.horizon else {}),
         }
         self.migrated = self.fleet.migrated
         self.last_done_t = now
@@ -218,18 +225,25 @@ class Pipeline:
         groups = self.loop.groups
         # samples of a group already consumed or dropped (spares of tail batching) are let go
         samples = [s for s in samples if self.fleet.release(s.request_id) in groups]
-        scorer = self.components.scorer
+        self._score(samples)
+
+    def _score(self, samples: list[Sample]) -> None:
+        """Score what needs a reward here or on the reward worker, then file every sample."""
+        groups, scorer = self.loop.groups, self.components.scorer
         # an episode comes scored by its environment, a sample by its engine worker where rewards are
-        # colocated; everything else is scored here, or by the reward worker (`pipeline.reward_placement`)
-        todo = [s for s in samples if needs_reward(s)]
+        # colocated; everything else is scored here, or by the reward worker (`pipeline.reward_placement`),
+        # except a sample whose outcome is not known yet: the loop holds it
+        todo = [s for s in samples if needs_reward(s) and not self.loop.holds(groups[group_of(s)])]
         if todo:
             tasks = {t.id: t for t in (groups[group_of(s)].task for s in todo)}
             if self.reward_worker is not None:
                 call = remote(self.backend, self.reward_worker, RewardWorker.score)
                 self.reward_futures.append(call(tasks, todo))
-                samples = [s for s in samples if not needs_reward(s)]
+                sent = {s.request_id for s in todo}
+                samples = [s for s in samples if s.request_id not in sent]
             else:
-                samples = scorer.score_where(tasks, samples)
+                scored = {s.request_id: s for s in scorer.score(tasks, todo)}
+                samples = [scored.get(s.request_id, s) for s in samples]
         scorer.account([s for s in samples if s.reward_metrics is not None])  # scored here or in an engine
         self._file(samples)
 

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from schedrl.data import scored_groups
 from schedrl.distributed import WorkerStuckError
 from schedrl.distributed.workers import train_step
+from schedrl.envs import Task
+from schedrl.envs.scoring import reward_delay
 from schedrl.orchestrate.after_update import StepCallback, after_update
 from schedrl.orchestrate.buffer import Group
 from schedrl.orchestrate.build import Components
@@ -23,7 +26,7 @@ from schedrl.orchestrate.watchdog import Watchdog
 from schedrl.rewards.judge import policy_judges
 from schedrl.timeline import Recorder, write_spans
 from schedrl.training.checkpoint import save_checkpoint
-from schedrl.types import Request, group_of
+from schedrl.types import Request, Sample, group_of
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +74,7 @@ class StepCluster:
         cfg, start = c.cfg, c.start_step or 0
         self.c, self.on_step, self.watchdog = c, on_step, watchdog
         budget = cfg.sampling.prompts_per_step * cfg.sampling.group_size
-        self.loop = Loop(cfg.schedule, budget, cfg.steps, self, start)
+        self.loop = Loop(cfg.schedule, budget, cfg.steps, self, start, reward_delay(c.source))
         if "pipeline" in c.state:
             self.loop.load_state_dict(c.state["pipeline"])
         else:  # a checkpoint of a run without the loop's books: batch s trains update s
@@ -134,7 +137,7 @@ class StepCluster:
         t0, what = time.perf_counter(), f"generation and scoring of step {self.loop.started + 1}"
         with self.watchdog.phase("engine", what), self.timeline.span("generate"):
             samples, self.rollout_stats = self.c.rollout.run(
-                requests, lambda ss: self.c.scorer(tasks, ss), tasks
+                requests, lambda ss: self._rewards(tasks, ss), tasks
             )
         self.gen_s += time.perf_counter() - t0
         returned: dict[str, int] = {}
@@ -149,6 +152,21 @@ class StepCluster:
         for smp in samples:
             self.loop.finish(groups[group_of(smp)], smp.sample_index, smp)
 
+    def _rewards(self, tasks: dict[str, Task], samples: Sequence[Sample]) -> list[float | None]:
+        """The reward of each sample; None for one whose outcome is not known yet (the loop holds it)."""
+        now = [s for s in samples if not self.loop.holds(self.loop.groups[group_of(s)])]
+        rewards = (
+            dict(zip([s.request_id for s in now], self.c.scorer(tasks, now), strict=True)) if now else {}
+        )
+        return [rewards.get(s.request_id) for s in samples]
+
+    def score(self, held: list[tuple[Group, int, Sample]]) -> None:
+        """Samples held for their outcome, now known: scored, then finished."""
+        samples = [s for _, _, s in held]
+        rewards = self.c.scorer({g.task.id: g.task for g, _, _ in held}, samples)
+        for (g, i, _), s, r in zip(held, samples, rewards, strict=True):
+            self.loop.finish(g, i, s.with_reward(r))
+
     def on_update(self, finished: Finished, version: int) -> None:
         c, now = self.c, time.perf_counter()
         stats = dict(finished.stats)
@@ -159,6 +177,7 @@ class StepCluster:
             "reward_errors": float(c.scorer.errors),
             **c.scorer.take_metrics(),
             "gen_s": self.gen_s,
+            **({"rewards_held": float(self.loop.held())} if self.loop.horizon else {}),
             **timing_metrics(stats["gen_tokens"], now - self.started_t, stats.pop("train_s", 0.0)),
         }
         if version == 1 and metrics["reward_mean"] < c.cfg.min_start_reward:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from schedrl.config import RunConfig
     from schedrl.engine import Engine
 
-Score = Callable[[Sequence[Sample]], list[float]]
+Score = Callable[[Sequence[Sample]], Sequence[float | None]]  # None: not known yet, the sample stays unscored
 
 
 class StepRollout:
@@ -76,7 +77,7 @@ class StepRollout:
         if self.episodes is not None:
             return self._episodes(requests, tasks or {})
         if self.prune is not None:
-            samples = pruned_rollout(self.engine, requests, self.head, lambda s: score([s])[0], self.prune)
+            samples = pruned_rollout(self.engine, requests, self.head, lambda s: _known(score, s), self.prune)
             pruned = sum(s.finish_reason == "pruned" for s in samples)
             return training_samples(samples, self.prune.mode), {"pruned_samples": float(pruned)}
         if self.drafts is None:
@@ -154,4 +155,12 @@ class StepRollout:
 
 
 def _scored(samples: list[Sample], score: Score) -> list[Sample]:
-    return [s.with_reward(r) for s, r in zip(samples, score(samples), strict=True)]
+    return [replace(s, reward=r) for s, r in zip(samples, score(samples), strict=True)]
+
+
+def _known(score: Score, sample: Sample) -> float:
+    """The reward of `sample`, which pruning needs now (a delayed reward is refused with it at build)."""
+    reward = score([sample])[0]
+    if reward is None:
+        raise ValueError(f"sample {sample.request_id!r}: pruning needs its reward now; it is not known yet")
+    return reward

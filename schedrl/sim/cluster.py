@@ -245,6 +245,10 @@ class ClusterSim:
         if self.colocated:
             self.resume()
 
+    def score(self, held: list[tuple[Group, int, Job]]) -> None:
+        """The virtual clock's groups resolve at once (`Group.resolves` is -1): nothing is ever held."""
+        raise AssertionError(f"the simulator holds no samples for their rewards, got {len(held)}")
+
     # ---- samples ---------------------------------------------------------------------------------------
     def _finish(self, jobs: list[Job]) -> None:
         self.fleet.in_flight -= len(jobs)
