@@ -241,6 +241,7 @@ def test_make_task_errors() -> None:
         "text_to_sql",
         "swe_repair",
         "forecast",
+        "search_qa",
     }
 
 

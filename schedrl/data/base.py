@@ -39,6 +39,7 @@ class ScoredGroup:
     rewards: tuple[float, ...]  # one per sample
     advantages: tuple[float, ...]  # one per sample, from the run's advantage estimator
     tokens: int = 0  # generated tokens of the whole group
+    texts: tuple[str, ...] = ()  # the completions, one per sample (what a self-play scheduler reads)
 
     @property
     def accuracy(self) -> float:

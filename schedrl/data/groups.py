@@ -26,6 +26,7 @@ def scored_groups(
             tuple(r[i] for i in idx),
             tuple(a[i] for i in idx),
             sum(samples[i].num_tokens for i in idx),
+            tuple(samples[i].text for i in idx),
         )
         for idx in members.values()
     ]

@@ -17,6 +17,7 @@ from schedrl.data.domain_reweight import DomainReweightScheduler
 from schedrl.data.dump_ucb import UCBDomainScheduler
 from schedrl.data.e2h import EasyToHardScheduler
 from schedrl.data.paced import PacedScheduler
+from schedrl.data.self_play import SelfPlayScheduler
 from schedrl.data.uniform import UniformScheduler
 from schedrl.data.zero_variance import ZeroVarianceScheduler
 from schedrl.registry import Registry
@@ -32,6 +33,7 @@ for _cls in (
     BudgetAllocScheduler,
     EasyToHardScheduler,
     PacedScheduler,
+    SelfPlayScheduler,
 ):
     SCHEDULERS.add(_cls.name, _cls)
 

@@ -19,6 +19,7 @@ from schedrl.envs.guess import GuessEnv, GuessTask
 from schedrl.envs.gym_adapter import GymEnv, GymTasks
 from schedrl.envs.longtail import LongtailMix
 from schedrl.envs.math_words import MathWordTask
+from schedrl.envs.search_qa import SearchQA
 from schedrl.envs.swe_repair import SWERepairTask
 from schedrl.envs.text_to_sql import TextToSQLTask
 from schedrl.envs.tiered import TieredMix
@@ -43,6 +44,7 @@ for _name, _factory in (
     ("text_to_sql", TextToSQLTask),
     ("swe_repair", SWERepairTask),
     ("forecast", ForecastTask),
+    ("search_qa", SearchQA),
 ):
     TASKS.add(_name, _factory)
 # the scheduling problems live in a satellite package (`envs/scheduling/`), named here, imported on use

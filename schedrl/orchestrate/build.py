@@ -26,7 +26,7 @@ from schedrl.envs.scoring import RewardScorer, reward_delay
 from schedrl.models import build_char_tokenizer, build_tiny_model, default_device, load_model_and_tokenizer
 from schedrl.models.loading import move_to
 from schedrl.models.tiny import preset
-from schedrl.orchestrate.check import check_reward_delay
+from schedrl.orchestrate.schedule import check_reward_delay
 from schedrl.rollout.episodes import EpisodeRunner
 from schedrl.rollout.registry import ADMISSION
 from schedrl.rollout.step import StepRollout

@@ -196,6 +196,7 @@ class Pipeline:
             **self.components.scorer.take_metrics(),
             **timing_metrics(batch["gen_tokens"], now - self.last_done_t, stats.pop("train_s", 0.0)),
             "engine_restarts": float(self.fleet.restarts),
+            **getattr(self.components.data, "metrics", dict)(),  # what a data scheduler reports of itself
             **({"migrated": float(self.fleet.migrated - self.migrated)} if self.fleet.migrate else {}),
             **({"rewards_held": float(self.loop.held())} if self.loop.horizon else {}),
         }

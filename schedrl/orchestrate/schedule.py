@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from schedrl.config import ConfigError, Schedule, build_dataclass
+from schedrl.config import ConfigError, RunConfig, Schedule, build_dataclass
 from schedrl.data import SCHEDULERS
 from schedrl.orchestrate.consumption import CONSUMPTION, Consumption
 from schedrl.orchestrate.staleness import AutoStaleness, StalenessBound
@@ -123,3 +123,33 @@ def make_weight_sync(s: Schedule) -> WeightSync:
 def make_consumption(s: Schedule, budget: int) -> Consumption:
     """The consumption policy of updates of `budget` samples."""
     return CONSUMPTION.build(s.consumption, s.consumption_args, budget)
+
+
+def check_reward_delay(cfg: RunConfig, delay: int) -> None:
+    """A task whose outcomes resolve up to `delay` batches after their batch is drawn (forecasting), against
+    the schedule that must hold its samples that long; a `ConfigError` naming the field otherwise."""
+    if delay <= 0:
+        return
+    s, name = cfg.schedule, cfg.task.name
+    k = int(s.staleness_args.get("k_min", 0)) if s.max_staleness == "auto" else s.max_staleness
+    if k < delay:
+        field = "schedule.staleness_args.k_min" if s.max_staleness == "auto" else "schedule.max_staleness"
+        raise ConfigError(
+            f"config field '{field}' is {k}, but task {name!r} resolves its rewards up to {delay} batches "
+            f"after they are drawn: its samples wait that long, so set it to at least {delay}"
+        )
+    refused = {
+        "task.env": (cfg.task.env, "single_turn", "an episode's environment scores it as it ends"),
+        "pipeline.reward_placement": (
+            cfg.pipeline.reward_placement,
+            "driver' or 'separate",
+            "an engine worker scores a sample as it finishes",
+        ),
+        "schedule.rollout": (s.rollout, "plain' or 'speculative", "pruning needs each reward at once"),
+    }
+    for key, (value, allowed, why) in refused.items():
+        if value not in allowed.split("' or '"):
+            raise ConfigError(
+                f"config field '{key}' must be '{allowed}' for task {name!r}, whose rewards resolve later, "
+                f"got {value!r}: {why}"
+            )

@@ -173,6 +173,7 @@ class StepCluster:
         metrics = {
             **stats,
             **self.loop.consumption.metrics(),
+            **getattr(c.data, "metrics", dict)(),  # what a data scheduler reports of itself
             **self.rollout_stats,
             "reward_errors": float(c.scorer.errors),
             **c.scorer.take_metrics(),
