@@ -4,6 +4,8 @@ that feeds the solver and survives a resume."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("bm25s")
@@ -106,7 +108,7 @@ def test_a_self_play_run_feeds_its_solver_from_its_own_proposals(tmp_path):
 
     import schedrl
 
-    recipe = yaml.safe_load(open("examples/search_selfplay.yaml"))
+    recipe = yaml.safe_load((Path(__file__).parents[1] / "examples/search_selfplay.yaml").read_text())
     recipe.update(steps=3, save_every=0, eval={"tasks": 0}, out_dir=str(tmp_path))
     rows = []
     schedrl.train(recipe, on_step=lambda s, m: rows.append(m))
