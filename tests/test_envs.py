@@ -203,7 +203,8 @@ def test_tiny_problem_space_fails_clearly() -> None:
 
 def test_make_task_errors() -> None:
     with pytest.raises(
-        ValueError, match=r"unknown task 'foo'; valid tasks: activity, addition, calc, countdown, file"
+        ValueError,
+        match=r"unknown task 'foo'; valid tasks: activity, addition, calc, calendar, countdown, file",
     ):
         make_task("foo")
     with pytest.raises(ValueError, match=r"'addition'.*min_digits \(3\) must be <= max_digits \(2\)"):
@@ -242,6 +243,8 @@ def test_make_task_errors() -> None:
         "swe_repair",
         "forecast",
         "search_qa",
+        "tool_plan",
+        "calendar",
     }
 
 

@@ -10,6 +10,7 @@ from schedrl.dotted import load_object
 from schedrl.envs.addition import AdditionTask
 from schedrl.envs.base import TaskSource
 from schedrl.envs.calc import CalcTask
+from schedrl.envs.calendar import CalendarEnv, CalendarTask
 from schedrl.envs.code_task import LinearCodeTask
 from schedrl.envs.countdown import CountdownTask
 from schedrl.envs.digits import ReverseDigitsTask, SortDigitsTask
@@ -24,6 +25,7 @@ from schedrl.envs.swe_repair import SWERepairTask
 from schedrl.envs.text_to_sql import TextToSQLTask
 from schedrl.envs.tiered import TieredMix
 from schedrl.envs.tool_env import tool_env
+from schedrl.envs.tool_plan import ToolPlanTask
 from schedrl.envs.user import FileTask
 from schedrl.registry import Registry
 
@@ -45,6 +47,8 @@ for _name, _factory in (
     ("swe_repair", SWERepairTask),
     ("forecast", ForecastTask),
     ("search_qa", SearchQA),
+    ("tool_plan", ToolPlanTask),
+    ("calendar", CalendarTask),
 ):
     TASKS.add(_name, _factory)
 # the scheduling problems live in a satellite package (`envs/scheduling/`), named here, imported on use
@@ -65,6 +69,9 @@ ENVIRONMENTS: Registry[Callable[..., Environment]] = Registry("environment")
 ENVIRONMENTS.add("single_turn", SingleTurnEnv, "the prompt, one completion, the task's reward")
 ENVIRONMENTS.add("tools", tool_env, "turns that call tools (env_args.tools) until one answers")
 ENVIRONMENTS.add("guess", GuessEnv, "the higher/lower game of the guess task: a guess per turn")
+ENVIRONMENTS.add(
+    "calendar", CalendarEnv, "the calendar task's rounds: a booking per turn, a reward per round"
+)
 ENVIRONMENTS.add("gym", GymEnv, "a Gymnasium text environment (task gym: its id and reset seeds)")
 ENVIRONMENTS.add_lazy("verifiers", "schedrl.envs.verifiers_adapter:VerifiersEnv")
 ENVIRONMENTS.add_lazy("openenv", "schedrl.envs.openenv.adapter:OpenEnvEnv")
