@@ -76,7 +76,17 @@ MODES = {
             "sampling.max_new_tokens=6",
         ]
         for name in sorted(SCHEDULERS)
+        if name != "self_play"
     },
+    # self-play needs a task with proposer and solver roles: search with its BM25 tool
+    "data_self_play": [
+        "schedule.data=self_play",
+        "task.name=search_qa",
+        "task.args={}",
+        "task.env=tools",
+        "task.env_args={tools: ['schedrl.envs.search_qa:search']}",
+        "sampling.max_new_tokens=16",
+    ],
 }
 
 

