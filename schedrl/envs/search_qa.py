@@ -67,6 +67,11 @@ def corpus() -> tuple[Record, ...]:
 
 
 @functools.cache
+def by_name() -> dict[str, Record]:
+    return {r.name: r for r in corpus()}
+
+
+@functools.cache
 def _index():
     try:
         import bm25s
@@ -80,7 +85,7 @@ def _index():
 
 def _record(task: Task) -> Record:
     """The record a propose task shows."""
-    return next(r for r in corpus() if r.name == task.metadata["name"])
+    return by_name()[task.metadata["name"]]
 
 
 def top_record(query: str) -> Record | None:
@@ -113,8 +118,7 @@ def verify(proposal: str, doc: Record, field: str | None = None) -> tuple[str, s
     question, answer = m.group(1), m.group(2)
     words = set(re.findall(r"[a-z]+", question))
     fields = [f for f in FIELDS if f in words]
-    by_name = {r.name: r for r in corpus()}
-    names = [w for w in words if w in by_name]
+    names = [w for w in words if w in by_name()]
     if len(fields) != 1 or names != [doc.name] or answer in words or field not in (None, fields[0]):
         return None
     if getattr(doc, fields[0]) != answer or top_record(question) != doc:

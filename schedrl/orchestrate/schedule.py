@@ -138,18 +138,18 @@ def check_reward_delay(cfg: RunConfig, delay: int) -> None:
             f"config field '{field}' is {k}, but task {name!r} resolves its rewards up to {delay} batches "
             f"after they are drawn: its samples wait that long, so set it to at least {delay}"
         )
-    refused = {
-        "task.env": (cfg.task.env, "single_turn", "an episode's environment scores it as it ends"),
+    allowed = {  # field: (its value, the values that work, why the others do not)
+        "task.env": (cfg.task.env, ("single_turn",), "an episode's environment scores it as it ends"),
         "pipeline.reward_placement": (
             cfg.pipeline.reward_placement,
-            "driver' or 'separate",
+            ("driver", "separate"),
             "an engine worker scores a sample as it finishes",
         ),
-        "schedule.rollout": (s.rollout, "plain' or 'speculative", "pruning needs each reward at once"),
+        "schedule.rollout": (s.rollout, ("plain", "speculative"), "pruning needs each reward at once"),
     }
-    for key, (value, allowed, why) in refused.items():
-        if value not in allowed.split("' or '"):
+    for key, (value, ok, why) in allowed.items():
+        if value not in ok:
             raise ConfigError(
-                f"config field '{key}' must be '{allowed}' for task {name!r}, whose rewards resolve later, "
-                f"got {value!r}: {why}"
+                f"config field '{key}' must be {' or '.join(map(repr, ok))} for task {name!r}, whose rewards "
+                f"resolve later, got {value!r}: {why}"
             )
