@@ -48,6 +48,29 @@ class TaskConfig:
     # AutoModelForSequenceClassification directory), weight, rule_weight (both 1.0), batch_size, max_length,
     # truncation (left | right), template (auto | chat | plain), normalize (none | running)}
     reward_model: dict[str, Any] | None = None
+    # context folding (multi-turn): {tokens, ask, stop, summary_tokens, carry}; an episode whose history
+    # would pass `tokens` has the model summarise it and goes on from the summary (schedrl.rollout.folding)
+    fold: dict[str, Any] | None = None
+
+
+FOLD_FIELDS = {"tokens": int, "summary_tokens": int, "ask": str, "stop": str, "carry": str}
+
+
+def _validate_fold(fold: dict[str, Any] | None, env: str) -> None:
+    if fold is None:
+        return
+    if env == "single_turn":
+        raise ConfigError("config field 'task.fold' needs a multi-turn task.env; it is 'single_turn'")
+    for k, v in fold.items():
+        if k not in FOLD_FIELDS:
+            raise ConfigError(f"task.fold has no field {k!r}; its fields: {', '.join(FOLD_FIELDS)}")
+        kind = FOLD_FIELDS[k]
+        if kind is int and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise ConfigError(f"config field 'task.fold.{k}' must be an integer >= 1, got {v!r}")
+        if kind is str and (not isinstance(v, str) or (k != "carry" and not v)):
+            raise ConfigError(f"config field 'task.fold.{k}' must be a non-empty string, got {v!r}")
+    if "tokens" not in fold:
+        raise ConfigError("config field 'task.fold' needs 'tokens', the token budget of a segment")
 
 
 @dataclass
@@ -470,6 +493,7 @@ def _validate_task(cfg: RunConfig) -> None:
         )
     if t.max_turn_tokens is not None and t.max_turn_tokens <= 0:
         raise ConfigError(f"config field 'task.max_turn_tokens' must be > 0, got {t.max_turn_tokens!r}")
+    _validate_fold(t.fold, t.env)
 
 
 def _validate_schedule(s: Schedule, where: str = "schedule") -> None:

@@ -148,6 +148,9 @@ class Sample:
     # driver to count: what went wrong (the sample then scores 0), and the scoring call's batch metrics
     reward_error: str | None = None
     reward_metrics: tuple[tuple[str, float], ...] | None = None
+    # context folding: the episode's earlier segments, in order, each its own sequence (its prompt the
+    # context it started from); they share this sample's reward and advantage (`schedrl.rollout.folding`)
+    segments: tuple[Sample, ...] = ()
 
     @property
     def num_tokens(self) -> int:
@@ -168,6 +171,10 @@ class Sample:
 
     def with_reward(self, reward: float) -> Sample:
         return replace(self, reward=reward)
+
+    def rows(self) -> list[Sample]:
+        """The sequences the learner trains on: each earlier segment, then this one, all with its reward."""
+        return [replace(s, reward=self.reward) for s in self.segments] + [self]
 
 
 def _required(x: Request | Sample, field: str) -> str:

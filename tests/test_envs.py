@@ -245,6 +245,7 @@ def test_make_task_errors() -> None:
         "search_qa",
         "tool_plan",
         "calendar",
+        "recall",
     }
 
 

@@ -527,10 +527,12 @@ def test_the_contention_microbenchmark_runs_a_run_s_engine_and_learner_side_by_s
     cfg = config_from_dict({}, ["sampling.prompts_per_step=2", "sampling.group_size=2"])
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg)))
     engine, learner = measure_interference(
-        tmp_path, seconds=0.2, rounds=1
+        tmp_path, seconds=0.3, rounds=3
     )  # the tiny model: no checkpoint yet
-    # each is a ratio of two measured rates: finite, and not an order of magnitude from 1 on any machine
-    assert 0.3 < engine < 10 and 0.3 < learner < 10
+    # each is the median of ratios of two measured rates: positive and finite. How far from 1 depends on
+    # what else the machine runs meanwhile (a loaded CI machine measured 0.21 from one round), so the
+    # bounds only catch a rate that is zero, missing or mis-scaled (seconds against milliseconds)
+    assert 0.05 < engine < 20 and 0.05 < learner < 20
 
 
 APRIL = {"schedule__max_staleness": 0, "schedule__consumption": "partial",

@@ -20,6 +20,7 @@ from schedrl.envs.guess import GuessEnv, GuessTask
 from schedrl.envs.gym_adapter import GymEnv, GymTasks
 from schedrl.envs.longtail import LongtailMix
 from schedrl.envs.math_words import MathWordTask
+from schedrl.envs.recall import RecallEnv, RecallTask
 from schedrl.envs.search_qa import SearchQA
 from schedrl.envs.swe_repair import SWERepairTask
 from schedrl.envs.text_to_sql import TextToSQLTask
@@ -49,6 +50,7 @@ for _name, _factory in (
     ("search_qa", SearchQA),
     ("tool_plan", ToolPlanTask),
     ("calendar", CalendarTask),
+    ("recall", RecallTask),
 ):
     TASKS.add(_name, _factory)
 # the scheduling problems live in a satellite package (`envs/scheduling/`), named here, imported on use
@@ -72,6 +74,7 @@ ENVIRONMENTS.add("guess", GuessEnv, "the higher/lower game of the guess task: a 
 ENVIRONMENTS.add(
     "calendar", CalendarEnv, "the calendar task's rounds: a booking per turn, a reward per round"
 )
+ENVIRONMENTS.add("recall", RecallEnv, "the recall task's rounds: the register's value each turn")
 ENVIRONMENTS.add("gym", GymEnv, "a Gymnasium text environment (task gym: its id and reset seeds)")
 ENVIRONMENTS.add_lazy("verifiers", "schedrl.envs.verifiers_adapter:VerifiersEnv")
 ENVIRONMENTS.add_lazy("openenv", "schedrl.envs.openenv.adapter:OpenEnvEnv")

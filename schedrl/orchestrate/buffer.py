@@ -36,14 +36,23 @@ def request_from_dict(d: dict) -> Request:
 def sample_to_dict(s: Sample) -> dict:
     d = asdict(s)
     del d["timings"]  # wall-clock stamps of another process; meaningless after a restart
+    d["segments"] = [sample_to_dict(x) for x in s.segments]
     return d
 
 
 def sample_from_dict(d: dict) -> Sample:
     tuples = ("prompt_ids", "token_ids", "logprobs", "versions")
-    trained = tuple(d["trained"]) if d.get("trained") is not None else None
+    optional = {
+        k: tuple(d[k]) if d.get(k) is not None else None for k in ("trained", "turns", "turn_rewards")
+    }
     return Sample(
-        **{**d, "params": _params(d["params"]), **{k: tuple(d[k]) for k in tuples}, "trained": trained}
+        **{
+            **d,
+            "params": _params(d["params"]),
+            **{k: tuple(d[k]) for k in tuples},
+            **optional,
+            "segments": tuple(sample_from_dict(x) for x in d.get("segments", ())),
+        }
     )
 
 

@@ -28,6 +28,7 @@ from schedrl.models.loading import move_to
 from schedrl.models.tiny import preset
 from schedrl.orchestrate.schedule import check_reward_delay
 from schedrl.rollout.episodes import EpisodeRunner
+from schedrl.rollout.folding import Fold
 from schedrl.rollout.registry import ADMISSION
 from schedrl.rollout.step import StepRollout
 from schedrl.rollout.tool_wait import TOOL_WAITS, ToolWaitPolicy
@@ -196,6 +197,7 @@ def make_episodes(cfg: RunConfig, engine: Engine, tokenizer: Any, source: TaskSo
         t.max_turn_tokens,
         make_tool_wait_policy(cfg),
         max_error_rate=t.max_env_error_rate,
+        fold=Fold(**t.fold) if t.fold is not None else None,
     )
 
 

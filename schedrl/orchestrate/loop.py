@@ -212,7 +212,10 @@ class Loop:
         self.completed, spent = [], []
         for g in check:
             for i, sample in list(g.done.items()):
-                if self.bound.trainable(update, sample.versions, self.schedule.stale, sample.trained) is None:
+                stale = self.schedule.stale  # a folded episode trains whole or not at all: every segment
+                if any(
+                    self.bound.trainable(update, r.versions, stale, r.trained) is None for r in sample.rows()
+                ):
                     del g.done[i]
                     g.dropped.append(i)
                     self.dropped.append(sample.request_id)

@@ -1,5 +1,8 @@
-"""One update's batch in the asynchronous pipeline: its groups' samples, trained-token masks,
-group advantages, the payload the learner worker receives, and the batch's metrics."""
+"""One update's batch, in both loops: its groups' samples, trained-token masks, group advantages, the
+payload the learner worker receives, and the batch's metrics.
+
+A sample is one episode. A folded episode (`schedrl.rollout.folding`) trains as several rows, one per
+segment, each with the episode's advantage."""
 
 from __future__ import annotations
 
@@ -25,28 +28,27 @@ from schedrl.types import Sample
 def learner_advantages(
     algo: AlgoConfig, samples: Sequence[Sample], groups: torch.Tensor, adv: torch.Tensor
 ) -> torch.Tensor:
-    """What the learner trains on: the group advantages (B,), or with `algo.turn_credit: return_to_go`
-    one per token (B, L-1), each token its turn's (see `schedrl.algos.turn_credit`)."""
+    """What the learner trains on, per row (`Sample.rows`: a folded episode's segments, then the sample):
+    each row its episode's group advantage (R,), or with `algo.turn_credit: return_to_go` one per token
+    (R, L-1), each token its turn's (see `schedrl.algos.turn_credit`)."""
     if algo.turn_credit == "broadcast":
-        return adv
+        return torch.stack([a for a, s in zip(adv, samples, strict=True) for _ in s.rows()])
     turn_rewards = [s.turn_rewards if s.turn_rewards is not None else (s.reward or 0.0,) for s in samples]
     per_turn = turn_advantages(turn_rewards, groups, algo.turn_discount, algo.std_normalize)
-    tokens = [
-        per_token(a, s.turns if s.turns is not None else [0] * len(s.token_ids))
-        for a, s in zip(per_turn, samples, strict=True)
-    ]
-    return target_rows([s.prompt_ids for s in samples], [s.token_ids for s in samples], tokens)
+    rows = [(a, r) for a, s in zip(per_turn, samples, strict=True) for r in s.rows()]
+    tokens = [per_token(a, r.turns if r.turns is not None else [0] * len(r.token_ids)) for a, r in rows]
+    return target_rows([r.prompt_ids for _, r in rows], [r.token_ids for _, r in rows], tokens)
 
 
 @dataclass
 class UpdateBatch:
     update: int  # the update that trains on it (0-based)
-    samples: list[Sample]
-    masks: list[list[bool]]  # per sample, per completion token: trained on (True) or context only
+    samples: list[Sample]  # one per episode
+    masks: list[list[bool]]  # per row, per completion token: trained on (True) or context only
     rewards: torch.Tensor  # (B,)
     groups: torch.Tensor  # (B,) group index of each sample
     adv: torch.Tensor  # (B,) group advantages
-    learner_adv: torch.Tensor  # what the learner trains on: `adv`, or (B, L-1) per-turn ones
+    learner_adv: torch.Tensor  # what the learner trains on, per row: (R,), or (R, L-1) per-turn ones
     plan: list = dataclasses.field(default_factory=list)  # (task, samples) per group, for the metrics
 
     @classmethod
@@ -54,10 +56,10 @@ class UpdateBatch:
         """The batch of `groups` for `update`; every sample in them must be trainable (stale ones purged)."""
         samples = [smp for g in groups for smp in g.samples()]
         masks = []
-        for smp in samples:
-            mask = bound.trainable(update, smp.versions, stale, smp.trained)
+        for row in (r for smp in samples for r in smp.rows()):
+            mask = bound.trainable(update, row.versions, stale, row.trained)
             if mask is None:
-                raise ValueError(f"sample {smp.request_id} is too stale for update {update}; purge it first")
+                raise ValueError(f"sample {row.request_id} is too stale for update {update}; purge it first")
             masks.append(mask)
         rewards = torch.tensor([smp.reward for smp in samples])
         index = group_index(samples)
@@ -71,9 +73,14 @@ class UpdateBatch:
             update, samples, masks, rewards, index, adv, learner_advantages(algo, samples, index, adv), plan
         )
 
+    @property
+    def rows(self) -> list[Sample]:
+        """The sequences trained: each sample's segments, then the sample (`Sample.rows`)."""
+        return [r for smp in self.samples for r in smp.rows()]
+
     def learner_batch(self, max_staleness: int) -> LearnerBatch:
         """What the learner worker's `update` trains on: plain lists, so it crosses process boundaries."""
-        s = self.samples
+        s = self.rows
         return LearnerBatch(
             prompt_ids=[list(x.prompt_ids) for x in s],
             token_ids=[list(x.token_ids) for x in s],
@@ -87,9 +94,14 @@ class UpdateBatch:
 
     def record_metrics(self, bound: StalenessBound, dropped_so_far: int) -> dict[str, float]:
         """The batch's metrics; counts its trained tokens' staleness into `bound`'s run histogram."""
-        hist = bound.record(self.update, [smp.versions for smp in self.samples], self.masks)
+        rows = self.rows
+        hist = bound.record(self.update, [r.versions for r in rows], self.masks)
         n = max(1, sum(hist.values()))
+        folded = (
+            {"fold/segments_mean": len(rows) / len(self.samples)} if len(rows) > len(self.samples) else {}
+        )
         return {
+            **folded,
             **rollout_metrics(self.samples, self.rewards, self.groups),
             **scheduler_metrics(self.plan),
             "staleness_mean": sum(k * v for k, v in hist.items()) / n,

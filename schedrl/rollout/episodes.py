@@ -13,6 +13,10 @@ What the waiting episode holds meanwhile is the `ToolWaitPolicy`'s decision (`to
 and values for a time to live (the next turn prefills only the answer), `priority` admits the
 returning turn ahead of fresh ones, and `lockstep` holds every answer until the batch has answered.
 
+With `fold` (`schedrl.rollout.folding`), an answer that would take the history past the fold's token
+budget waits while the model summarises; the episode goes on in a fresh context (a new ledger) from its
+prompt and the summary, and each context is trained as a segment of the episode's sample.
+
 Bad input ends an episode, never the run: an environment that raises, answers with the wrong type
 or takes longer than `env_timeout_s` scores 0 and is counted (`env_errors`); a history that
 outgrows the engine's context ends with finish reason "length". Above `max_error_rate` errors per
@@ -41,6 +45,7 @@ from schedrl.envs.ledger import TokenLedger
 from schedrl.envs.sessions import close_pools, pool_metrics
 from schedrl.envs.tools import clip_tokens
 from schedrl.rollout.clock import WallClock
+from schedrl.rollout.folding import Fold
 from schedrl.rollout.tool_wait import Back, Release, ToolWaitPolicy, Turn
 from schedrl.seeding import derive_seed
 from schedrl.timeline import Recorder
@@ -67,6 +72,19 @@ class _Episode:
     turn_wall: float = 0.0  # time.time() when its model turn went to the engine (the episode trace)
     suspended: bool = False  # cut (`suspend`): its answers wait, nothing of it is admitted
     cut: Sample | None = None  # the partial model turn an abort took out of the engine, to resume
+    # context folding: the episode's prompt tokens, its closed segments, the model tokens and summary turns
+    # spent in them, whether its model turn is a summary, and the answer that waits for it
+    prompt_ids: list[int] = field(default_factory=list)
+    segments: list[Sample] = field(default_factory=list)
+    spent_tokens: int = 0
+    folds: int = 0
+    summarising: bool = False
+    held: tuple[list[int], str, float] | None = None  # ids, source, priority
+
+    @property
+    def model_tokens(self) -> int:
+        """Model tokens of the whole episode: its closed segments' and its ledger's."""
+        return self.spent_tokens + self.ledger.num_model_tokens
 
 
 @dataclass
@@ -114,6 +132,7 @@ class EpisodeRunner:
         clock: Any = None,
         max_error_rate: float = 0.05,
         min_episodes: int = 50,
+        fold: Fold | None = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"EpisodeRunner.max_turns must be >= 1, got {max_turns!r}")
@@ -125,6 +144,8 @@ class EpisodeRunner:
         if max_turn_tokens is not None and max_turn_tokens < 1:
             raise ValueError(f"EpisodeRunner.max_turn_tokens must be >= 1, got {max_turn_tokens!r}")
         self.max_turn_tokens = max_turn_tokens
+        self.fold = fold  # context folding: None keeps every episode in one context
+        self.folds = 0  # summaries written so far (each closed a segment)
         self.tool_wait = tool_wait if tool_wait is not None else Release()
         self.clock = clock if clock is not None else WallClock()
         if self.tool_wait.parks and not isinstance(engine, ParkingEngine):
@@ -219,7 +240,9 @@ class EpisodeRunner:
         after = self._engine_counters()
         self.last_stats = {k: float(after[k] - before[k]) for k in after}
         self.last_stats["peak_cached_tokens"] = float(self.peak_cached_tokens)
-        self.last_turns = [ep.ledger.num_model_turns for ep in episodes]
+        self.last_turns = [
+            ep.ledger.num_model_turns + sum(x.num_model_turns for x in ep.segments) for ep in episodes
+        ]
         return [self.sample(ep) for ep in episodes]
 
     # ---- incremental: what `run` is made of, and what an engine worker drives ------------------
@@ -368,6 +391,7 @@ class EpisodeRunner:
             "env_errors": float(self.env_errors),
             **{f"tool/{k}": float(v) for k, v in self.tool_counts.items()},
             **pool_metrics(),
+            **({"fold/summaries": float(self.folds)} if self.fold is not None else {}),
         }
 
     def _engine_counters(self) -> dict[str, int]:
@@ -441,7 +465,8 @@ class EpisodeRunner:
         if p.kind == "reset":
             if not isinstance(out, Observation):
                 raise TypeError(f"reset returned {type(out).__name__}, not an Observation")
-            ep.ledger.append_tokens(list(self.tokenizer(out.text).input_ids), "prompt")
+            ep.prompt_ids = list(self.tokenizer(out.text).input_ids)
+            ep.ledger.append_tokens(ep.prompt_ids, "prompt")
         else:
             if not isinstance(out, StepResult):
                 raise TypeError(f"step returned {type(out).__name__}, not a StepResult")
@@ -453,8 +478,12 @@ class EpisodeRunner:
                 self._end(ep)
                 return
             ids = clip_tokens(self.tokenizer, out.observation.text, self.max_obs)
-            ep.ledger.append_tokens(ids, out.observation.source)
             ep.text += self.tokenizer.decode(ids, skip_special_tokens=True)
+            if self._folds_before(ep, ids):  # the answer waits for the summary, then opens a segment
+                ep.held = (ids, out.observation.source, 0.0)
+                self._summarise(ep)
+                return
+            ep.ledger.append_tokens(ids, out.observation.source)
             ep.ledger.next_turn()
             back = Back(
                 ep.request.id,
@@ -469,22 +498,90 @@ class EpisodeRunner:
             priority = self.tool_wait.priority(back)
         self._next_turn(ep, priority)
 
-    def _next_turn(self, ep: _Episode, priority: float = 0.0) -> None:
-        left = ep.request.params.max_new_tokens - ep.ledger.num_model_tokens
-        if left <= 0 or ep.ledger.turn >= self.max_turns:
+    def _folds_before(self, ep: _Episode, answer: list[int]) -> bool:
+        """Whether the history with `answer` passes the fold's budget (and the segment has a model turn)."""
+        f = self.fold
+        return f is not None and ep.ledger.num_model_tokens > 0 and len(ep.ledger) + len(answer) > f.tokens
+
+    def _summarise(self, ep: _Episode) -> None:
+        """The summary turn: the fold's ask after the history, then the model's summary."""
+        assert self.fold is not None
+        ep.ledger.next_turn()
+        ep.text += self.fold.ask
+        ep.ledger.append_text(self.tokenizer, self.fold.ask, "template")
+        left = ep.request.params.max_new_tokens - ep.model_tokens
+        if left <= 0:
             ep.finish = "length"
             self._end(ep)
             return
-        p = ep.request.params
-        params = replace(
-            p,
-            max_new_tokens=min(left, self.max_turn_tokens or left),
-            stop_strings=tuple(dict.fromkeys((*p.stop_strings, *self.stop))),
-            seed=derive_seed(p.seed, "turn", ep.ledger.turn),
+        ep.summarising = True
+        self._add_turn(ep, min(left, self.fold.summary_tokens), (self.fold.stop,), 0.0, 0.0)
+
+    def _open_segment(self, ep: _Episode, summary: Sample) -> None:
+        """Close the episode's segment after its summary; the next starts from the prompt, the summary and
+        the answer that waited, and its first model turn follows."""
+        assert self.fold is not None and ep.held is not None
+        ep.summarising = False
+        ep.turn_rewards.append(0.0)  # the summary turn earns nothing itself: it shares the episode's reward
+        ep.segments.append(self._segment(ep))
+        ep.spent_tokens += ep.ledger.num_model_tokens
+        ep.folds += 1
+        self.folds += 1
+        if ep.kept and ep.last_turn is not None and isinstance(self.engine, ParkingEngine):
+            self.engine.evict(ep.last_turn)  # the next context does not extend this one
+        ep.kept = False
+        ids, source, priority = ep.held
+        ep.held = None
+        ledger = TokenLedger(turn=ep.ledger.turn + 1)
+        ledger.append_tokens(ep.prompt_ids, "prompt")
+        if self.fold.carry:
+            ledger.append_text(self.tokenizer, self.fold.carry, "template")
+        ledger.append_tokens(summary.token_ids, "summary")
+        ledger.append_tokens(ids, source)  # type: ignore[arg-type]
+        ep.ledger = ledger
+        self._next_turn(ep, priority)
+
+    def _segment(self, ep: _Episode) -> Sample:
+        """The episode's current context as a segment: a sequence of its own, rewarded with the episode."""
+        ids, trained, logprobs, versions = ep.ledger.completion()
+        r, p = ep.request, ep.ledger.prompt_len
+        return Sample(
+            f"{r.id}/segment{len(ep.segments)}",
+            tuple(ep.ledger.token_ids[:p]),
+            tuple(ids),
+            tuple(logprobs),
+            tuple(versions),
+            "stop",
+            r.params,
+            task_id=r.task_id,
+            group_id=r.group_id,
+            sample_index=r.sample_index,
+            trained=tuple(trained),
+            turns=tuple(ep.ledger.turns[p:]),
         )
+
+    def _next_turn(self, ep: _Episode, priority: float = 0.0) -> None:
+        left = ep.request.params.max_new_tokens - ep.model_tokens
+        if left <= 0 or ep.ledger.turn - ep.folds >= self.max_turns:
+            ep.finish = "length"
+            self._end(ep)
+            return
         step_s = max(self._step_s, default=0.0)
         keep_s = self.tool_wait.keep_s(
             Turn(ep.request.id, ep.ledger.turn, self.max_turns, len(ep.ledger), step_s)
+        )
+        budget = min(left, self.max_turn_tokens or left)
+        self._add_turn(
+            ep, budget, tuple(dict.fromkeys((*ep.request.params.stop_strings, *self.stop))), priority, keep_s
+        )
+
+    def _add_turn(
+        self, ep: _Episode, budget: int, stops: tuple[str, ...], priority: float, keep_s: float
+    ) -> None:
+        """A model turn of `ep` to the engine: the whole ledger as its prompt."""
+        p = ep.request.params
+        params = replace(
+            p, max_new_tokens=budget, stop_strings=stops, seed=derive_seed(p.seed, "turn", ep.ledger.turn)
         )
         turn = Request(
             f"{ep.request.id}/turn{ep.ledger.turn}",
@@ -515,14 +612,17 @@ class EpisodeRunner:
             self.timeline.add("turn", ep.turn_wall, time.time(), track=ep.request.id, name=name)
         ep.ledger.append_model(s.token_ids, s.logprobs, s.versions)
         ep.text += s.text
-        if s.finish_reason == "length" and ep.ledger.num_model_tokens >= ep.request.params.max_new_tokens:
+        if s.finish_reason == "length" and ep.model_tokens >= ep.request.params.max_new_tokens:
             ep.finish = "length"
+        if ep.summarising:  # a summary goes to the next segment, not to the environment
+            self._open_segment(ep, s)
+            return
         self._call(ep, "step", ep.env.step(s.text))
 
     def sample(self, ep: _Episode) -> Sample:
         """The episode as a training sample: its ledger after the prompt, reward, mask, turns."""
         ids, trained, logprobs, versions = ep.ledger.completion()
-        model_turns = ep.ledger.num_model_turns
+        model_turns = ep.ledger.num_model_turns + sum(x.num_model_turns for x in ep.segments)
         # a turn the environment never answered (it failed, the episode was cut) has reward 0
         rewards = (ep.turn_rewards + [0.0] * model_turns)[: max(model_turns, 1)]
         r = ep.request
@@ -542,4 +642,5 @@ class EpisodeRunner:
             trained=tuple(trained),
             turns=tuple(ep.ledger.turns[ep.ledger.prompt_len :]),
             turn_rewards=tuple(rewards),
+            segments=tuple(replace(x, reward=ep.reward) for x in ep.segments),
         )
