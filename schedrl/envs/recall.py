@@ -49,7 +49,9 @@ class RecallTask(GeneratedTasks):
         prompt = _ask(values[0])
         key = "".join("-" if v is None else str(v) for v in sets)
         meta = {"sets": sets, "key": key}
-        return Task(task_id("recall", key), prompt, END.join(map(str, values)), domain=self.name, metadata=meta)
+        return Task(
+            task_id("recall", key), prompt, END.join(map(str, values)), domain=self.name, metadata=meta
+        )
 
     def draw(self, rng: random.Random, split: str) -> Task:
         """As `GeneratedTasks.draw`, split on the whole run of values: ten prompts are shared by every
