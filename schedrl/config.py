@@ -95,6 +95,9 @@ class EngineSection:
     prefill_prompt_once: bool = True  # the samples of a prompt admitted in one step prefill it once
     # cache slots beyond the running batch for trajectories parked during tool waits (schedule.tool_wait: pin)
     park_slots: int = 0
+    # tokens per sequence, prompt and output (a multi-turn episode's whole history); None: the model's
+    # context. An episode whose history outgrows it ends with "length", unless it folds (`task.fold`)
+    max_model_len: int | None = None
 
 
 @dataclass
@@ -107,6 +110,9 @@ class AlgoConfig:
     # AgentRL's task-level normalisation for a multi-task mix: the advantages of each task type (the
     # task's domain) in a batch standardised among themselves, so no task's reward scale dominates
     task_normalize: bool = False
+    # ML-engineering agents' duration-aware updates (multi-turn): each episode's advantage times its
+    # environment time over the batch's mean, so slow actions are not outweighed by fast ones
+    duration_aware: bool = False
     # multi-turn credit: broadcast (one advantage per trajectory) or return_to_go (one per turn)
     turn_credit: str = "broadcast"
     turn_discount: float = 1.0  # gamma of the per-turn return-to-go
@@ -494,6 +500,14 @@ def _validate_task(cfg: RunConfig) -> None:
     if t.max_turn_tokens is not None and t.max_turn_tokens <= 0:
         raise ConfigError(f"config field 'task.max_turn_tokens' must be > 0, got {t.max_turn_tokens!r}")
     _validate_fold(t.fold, t.env)
+    if cfg.algo.duration_aware and t.env == "single_turn":
+        raise ConfigError(
+            "config field 'algo.duration_aware' weighs episodes by their environment time: it needs a "
+            "multi-turn task.env; it is 'single_turn'"
+        )
+    m = cfg.engine.max_model_len
+    if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 2):
+        raise ConfigError(f"config field 'engine.max_model_len' must be an integer >= 2 or null, got {m!r}")
 
 
 def _validate_schedule(s: Schedule, where: str = "schedule") -> None:

@@ -151,6 +151,8 @@ class Sample:
     # context folding: the episode's earlier segments, in order, each its own sequence (its prompt the
     # context it started from); they share this sample's reward and advantage (`schedrl.rollout.folding`)
     segments: tuple[Sample, ...] = ()
+    # multi-turn: seconds the environment took on this episode's actions (`algo.duration_aware` weighs by it)
+    env_s: float | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -119,7 +119,7 @@ def test_multi_turn_environments_run_in_both_loops_without_speculation_or_prunin
         config_from_dict({"task": {**tools, "max_turns": 0}})
     with pytest.raises(
         ConfigError,
-        match="'task.env' must be one of calendar, guess, gym, openenv, recall, repair, single_turn, tools, verifiers or a dotted path",
+        match="'task.env' must be one of calendar, experiments, guess, gym, lookup, openenv, recall, repair, single_turn, tools, verifiers or a dotted path",
     ):
         resolve_config({"task": {"env": "chat"}})
 

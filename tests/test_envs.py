@@ -204,7 +204,7 @@ def test_tiny_problem_space_fails_clearly() -> None:
 def test_make_task_errors() -> None:
     with pytest.raises(
         ValueError,
-        match=r"unknown task 'foo'; valid tasks: activity, addition, calc, calendar, countdown, file",
+        match=r"unknown task 'foo'; valid tasks: activity, addition, calc, calendar, countdown, experiments, file",
     ):
         make_task("foo")
     with pytest.raises(ValueError, match=r"'addition'.*min_digits \(3\) must be <= max_digits \(2\)"):
@@ -246,6 +246,8 @@ def test_make_task_errors() -> None:
         "tool_plan",
         "calendar",
         "recall",
+        "lookup",
+        "experiments",
     }
 
 

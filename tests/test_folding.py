@@ -220,3 +220,85 @@ def test_a_folded_run_trains_its_segments(tmp_path):
     schedrl.train(cfg)
     rows = [r for r in read_metrics(tmp_path / "fold" / "metrics.jsonl") if "loss" in r]
     assert len(rows) == 2 and all(r["fold/segments_mean"] > 1.0 for r in rows)
+
+
+class Delegates:
+    """The main agent's first turn opens a sub-agent, whose turn returns `" got x:"`; the main agent's
+    next turn ends the episode. With `bad`, the first answer returns from a sub-agent never opened."""
+
+    stop_strings = ()
+
+    def __init__(self, bad: bool = False, end_inside: bool = False) -> None:
+        self.bad, self.end_inside, self.turns = bad, end_inside, 0
+
+    async def reset(self, task, seed: int) -> Observation:
+        return Observation(task.prompt, "template")
+
+    async def step(self, action: str) -> StepResult:
+        self.turns += 1
+        if self.turns == 1 and self.bad:
+            return StepResult(Observation(" got x:", "env"), 0.0, False, context="return")
+        if self.turns == 1:
+            return StepResult(Observation("sub:", "env"), 0.1, False, context="branch")
+        if self.turns == 2 and self.end_inside:
+            return StepResult(None, 1.0, done=True)
+        if self.turns == 2:
+            return StepResult(Observation(" got x:", "env"), 0.2, False, context="return")
+        return StepResult(None, 1.0, done=True)
+
+    async def close(self) -> None:
+        return None
+
+
+def _delegate(model, tokenizer, **kw):
+    task = Task("t0", "go:", "", domain="test")
+    runner = EpisodeRunner(HFEngine(model, tokenizer), tokenizer, lambda: Delegates(**kw), max_turn_tokens=3)
+    r = Request(
+        "e0", tuple(tokenizer("go:").input_ids), SamplingParams(20, seed=0), task_id="t0", group_id="g"
+    )
+    try:
+        return runner.run([r], {"t0": task})[0], runner
+    finally:
+        runner.close()
+
+
+def test_a_sub_agent_runs_in_a_context_of_its_own_and_returns_to_the_main_one(model, tokenizer):
+    s, _ = _delegate(model, tokenizer)
+    (sub,) = s.segments
+    # the sub-agent's context: its own prompt and its one model turn, nothing of the main agent's
+    assert sub.prompt_ids == tuple(tokenizer("sub:").input_ids) and sub.trained == (True,) * sub.num_tokens
+    # the main context: its prompt, its first turn, the sub-agent's answer as context, its last turn
+    got = encode(tokenizer, " got x:")
+    assert s.prompt_ids == tuple(tokenizer("go:").input_ids)
+    assert s.trained is not None and s.turns is not None
+    first = s.trained.index(False)
+    assert s.token_ids[first : first + len(got)] == tuple(got)
+    assert s.trained == (True,) * first + (False,) * len(got) + (True,) * (s.num_tokens - first - len(got))
+    # model turns in order across contexts: main 0, the sub-agent's 1, main 2; their rewards in order
+    assert (
+        set(sub.turns or ()) == {1}
+        and set(s.turns[:first]) == {0}
+        and set(s.turns[first + len(got) :]) == {2}
+    )
+    assert s.turn_rewards == pytest.approx((0.1, 0.2, 1.0)) and s.reward == pytest.approx(1.3)
+    assert [r.reward for r in s.rows()] == pytest.approx([1.3, 1.3])
+
+
+def test_an_episode_that_ends_inside_a_sub_agent_keeps_every_context(model, tokenizer):
+    s, _ = _delegate(model, tokenizer, end_inside=True)
+    (main,) = s.segments  # the main context, left waiting, is a segment; the sub-agent's is the sample
+    assert main.prompt_ids == tuple(tokenizer("go:").input_ids)
+    assert s.prompt_ids == tuple(tokenizer("sub:").input_ids) and s.reward == pytest.approx(1.1)
+
+
+def test_a_return_with_no_sub_agent_open_ends_the_episode_and_is_counted(model, tokenizer):
+    s, runner = _delegate(model, tokenizer, bad=True)
+    assert s.reward == 0.0 and runner.env_errors == 1 and "none is open" in (runner.last_env_error or "")
+
+
+def test_the_engine_s_context_is_a_config_field():
+    from schedrl.orchestrate.build import engine_config
+
+    assert engine_config(config_from_dict({"engine": {"max_model_len": 48}})).max_model_len == 48
+    with pytest.raises(ConfigError, match=r"'engine.max_model_len' must be an integer >= 2 or null, got 1"):
+        config_from_dict({"engine": {"max_model_len": 1}})

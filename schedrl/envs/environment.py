@@ -32,16 +32,24 @@ class Observation:
     source: ObservationSource = "env"
 
 
+Context = Literal["same", "branch", "return"]
+
+
 @dataclass(frozen=True)
 class StepResult:
     """The outcome of one action: the next observation (None once done), a reward (None: no reward
-    for this turn), whether the episode ended (`done`) or was cut short (`truncated`), and free-form info."""
+    for this turn), whether the episode ended (`done`) or was cut short (`truncated`), and free-form info.
+
+    `context` (sub-agents): "branch" opens a fresh context whose prompt is the observation (the current
+    one waits); "return" closes the context opened last and appends the observation to the one it
+    returns to. Each context trains as a segment of the episode, with the episode's reward."""
 
     observation: Observation | None
     reward: float | None
     done: bool
     truncated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    context: Context = "same"
 
 
 @runtime_checkable

@@ -15,10 +15,12 @@ from schedrl.envs.code_task import LinearCodeTask
 from schedrl.envs.countdown import CountdownTask
 from schedrl.envs.digits import ReverseDigitsTask, SortDigitsTask
 from schedrl.envs.environment import Environment, SingleTurnEnv, build_environment
+from schedrl.envs.experiments import ExperimentsEnv, ExperimentsTask
 from schedrl.envs.forecast import ForecastTask
 from schedrl.envs.guess import GuessEnv, GuessTask
 from schedrl.envs.gym_adapter import GymEnv, GymTasks
 from schedrl.envs.longtail import LongtailMix
+from schedrl.envs.lookup import LookupEnv, LookupTask
 from schedrl.envs.math_words import MathWordTask
 from schedrl.envs.recall import RecallEnv, RecallTask
 from schedrl.envs.search_qa import SearchQA
@@ -51,6 +53,8 @@ for _name, _factory in (
     ("tool_plan", ToolPlanTask),
     ("calendar", CalendarTask),
     ("recall", RecallTask),
+    ("lookup", LookupTask),
+    ("experiments", ExperimentsTask),
 ):
     TASKS.add(_name, _factory)
 # the scheduling problems live in a satellite package (`envs/scheduling/`), named here, imported on use
@@ -75,6 +79,8 @@ ENVIRONMENTS.add(
     "calendar", CalendarEnv, "the calendar task's rounds: a booking per turn, a reward per round"
 )
 ENVIRONMENTS.add("recall", RecallEnv, "the recall task's rounds: the register's value each turn")
+ENVIRONMENTS.add("lookup", LookupEnv, "the lookup task: a sub-agent reads each key's document")
+ENVIRONMENTS.add("experiments", ExperimentsEnv, "the experiments task: the picked method runs for its time")
 ENVIRONMENTS.add("gym", GymEnv, "a Gymnasium text environment (task gym: its id and reset seeds)")
 ENVIRONMENTS.add_lazy("verifiers", "schedrl.envs.verifiers_adapter:VerifiersEnv")
 ENVIRONMENTS.add_lazy("openenv", "schedrl.envs.openenv.adapter:OpenEnvEnv")

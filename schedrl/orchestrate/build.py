@@ -52,6 +52,7 @@ def engine_config(cfg: RunConfig) -> EngineConfig:
         seed=cfg.seed,
         prefill_prompt_once=e.prefill_prompt_once,
         park_slots=e.park_slots,
+        max_model_len=e.max_model_len,
     )
 
 

@@ -58,11 +58,13 @@ def rollout_metrics(
     # model tokens only: a multi-turn sample's tool and environment tokens are context
     lengths = torch.tensor([s.num_model_tokens for s in samples], dtype=torch.float)
     turns = [s.num_model_turns for s in samples if s.turns is not None]
+    env_s = [s.env_s for s in samples if s.env_s is not None]
     q = torch.quantile(lengths, torch.tensor([0.1, 0.5, 0.9])).tolist() if len(lengths) else [0.0] * 3
     queue = torch.tensor([s.timings.queue_s for s in samples], dtype=torch.float)
     return {
         "len_group_icc": length_icc(lengths, groups, n_groups),
         **({"turns_mean": sum(turns) / len(turns)} if turns else {}),
+        **({"env_s_mean": sum(env_s) / len(env_s), "env_s_max": max(env_s)} if env_s else {}),
         "reward_mean": float(rewards.mean()),
         "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
         "solved_frac": float((rewards >= 1).float().mean()),

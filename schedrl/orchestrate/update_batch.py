@@ -40,6 +40,15 @@ def learner_advantages(
     return target_rows([r.prompt_ids for _, r in rows], [r.token_ids for _, r in rows], tokens)
 
 
+def duration_weights(samples: Sequence[Sample]) -> torch.Tensor:
+    """ML-engineering agents' duration-aware update: each episode's weight is its environment time over
+    the batch's mean (1 where the batch took no time), so an action that takes long counts as much per
+    second as the fast ones that finish and train more often."""
+    d = torch.tensor([s.env_s or 0.0 for s in samples], dtype=torch.float64)
+    mean = d.mean() if len(d) else torch.tensor(0.0)
+    return (d / mean).float() if mean > 0 else torch.ones(len(samples))
+
+
 @dataclass
 class UpdateBatch:
     update: int  # the update that trains on it (0-based)
@@ -69,9 +78,12 @@ class UpdateBatch:
             labels = {d: i for i, d in enumerate(dict.fromkeys(domains))}
             adv = task_normalized(adv, torch.tensor([labels[d] for d in domains]))
         plan = [(g.task, len(g.samples())) for g in groups]
-        return cls(
-            update, samples, masks, rewards, index, adv, learner_advantages(algo, samples, index, adv), plan
-        )
+        learner_adv = learner_advantages(algo, samples, index, adv)
+        if algo.duration_aware:
+            w = duration_weights(samples)
+            per_row = torch.cat([w[i].repeat(len(s.rows())) for i, s in enumerate(samples)])
+            learner_adv = learner_adv * (per_row if learner_adv.dim() == 1 else per_row[:, None])
+        return cls(update, samples, masks, rewards, index, adv, learner_adv, plan)
 
     @property
     def rows(self) -> list[Sample]:

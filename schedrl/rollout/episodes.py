@@ -15,7 +15,9 @@ returning turn ahead of fresh ones, and `lockstep` holds every answer until the 
 
 With `fold` (`schedrl.rollout.folding`), an answer that would take the history past the fold's token
 budget waits while the model summarises; the episode goes on in a fresh context (a new ledger) from its
-prompt and the summary, and each context is trained as a segment of the episode's sample.
+prompt and the summary, and each context is trained as a segment of the episode's sample. Sub-agents
+likewise: an environment's answer may open a fresh context (`StepResult.context: branch`), whose turns
+run until an answer closes it (`return`) and goes to the context it left.
 
 Bad input ends an episode, never the run: an environment that raises, answers with the wrong type
 or takes longer than `env_timeout_s` scores 0 and is counted (`env_errors`); a history that
@@ -63,6 +65,7 @@ class _Episode:
     text: str = ""  # everything after the prompt, decoded
     reward: float = 0.0
     turn_rewards: list[float] = field(default_factory=list)  # one per model turn the environment answered
+    env_s: float = 0.0  # seconds the environment took on the episode's actions (its steps), on the clock
     finish: FinishReason = "stop"
     done: bool = False
     last_turn: str | None = None  # the id of its last model turn's request ...
@@ -80,11 +83,14 @@ class _Episode:
     folds: int = 0
     summarising: bool = False
     held: tuple[list[int], str, float] | None = None  # ids, source, priority
+    # sub-agents: the contexts waiting for the one opened last to return, with their prompts
+    parents: list[tuple[TokenLedger, list[int]]] = field(default_factory=list)
 
     @property
     def model_tokens(self) -> int:
-        """Model tokens of the whole episode: its closed segments' and its ledger's."""
-        return self.spent_tokens + self.ledger.num_model_tokens
+        """Model tokens of the whole episode: its closed segments', its waiting contexts' and its ledger's."""
+        waiting = sum(ledger.num_model_tokens for ledger, _ in self.parents)
+        return self.spent_tokens + waiting + self.ledger.num_model_tokens
 
 
 @dataclass
@@ -240,10 +246,9 @@ class EpisodeRunner:
         after = self._engine_counters()
         self.last_stats = {k: float(after[k] - before[k]) for k in after}
         self.last_stats["peak_cached_tokens"] = float(self.peak_cached_tokens)
-        self.last_turns = [
-            ep.ledger.num_model_turns + sum(x.num_model_turns for x in ep.segments) for ep in episodes
-        ]
-        return [self.sample(ep) for ep in episodes]
+        samples = [self.sample(ep) for ep in episodes]
+        self.last_turns = [sum(x.num_model_turns for x in s.rows()) for s in samples]
+        return samples
 
     # ---- incremental: what `run` is made of, and what an engine worker drives ------------------
     def start(self, requests: Sequence[Request], tasks: dict[str, Task]) -> list[_Episode]:
@@ -403,11 +408,16 @@ class EpisodeRunner:
     def _call(self, ep: _Episode, kind: str, coro) -> None:
         f = self._submit(coro)
         pending = _Pending(ep, kind, self.clock.now(), time.time())
-        if self._tracing:
-            f.add_done_callback(lambda _f: setattr(pending, "answered", time.time()))
+        f.add_done_callback(lambda _f: setattr(pending, "answered", time.time()))
         if self.clock.virtual:  # answers at once, with their latency: wait for it so runs are deterministic
             self._wait([f], concurrent.futures.ALL_COMPLETED)
         self._waiting[f] = pending
+
+    def _took(self, p: _Pending, future: concurrent.futures.Future) -> float:
+        """How long an environment call took: its latency on a virtual clock, else submitted to answered."""
+        if self.clock.virtual:
+            return self.clock.arrival(p.submitted, future) - p.submitted
+        return max(0.0, (p.answered or time.time()) - p.wall)
 
     @property
     def _tracing(self) -> bool:
@@ -472,11 +482,17 @@ class EpisodeRunner:
                 raise TypeError(f"step returned {type(out).__name__}, not a StepResult")
             statuses = tuple(out.info.get("tools", ()))
             self.tool_counts.update(statuses)
+            ep.env_s += self._took(p, future)
             ep.reward += out.reward or 0.0
             ep.turn_rewards.append(float(out.reward or 0.0))
             if out.done or out.truncated or out.observation is None:
                 self._end(ep)
                 return
+            if out.context == "branch":
+                self._branch(ep, out.observation.text)
+                return
+            if out.context == "return":
+                self._return(ep)
             ids = clip_tokens(self.tokenizer, out.observation.text, self.max_obs)
             ep.text += self.tokenizer.decode(ids, skip_special_tokens=True)
             if self._folds_before(ep, ids):  # the answer waits for the summary, then opens a segment
@@ -497,6 +513,35 @@ class EpisodeRunner:
             self.tool_wait.observe(back)
             priority = self.tool_wait.priority(back)
         self._next_turn(ep, priority)
+
+    def _branch(self, ep: _Episode, prompt: str) -> None:
+        """A sub-agent: a fresh context whose prompt is `prompt`; the current one waits for its return."""
+        self._forget_parked(ep)  # the new context does not extend this one
+        ep.parents.append((ep.ledger, ep.prompt_ids))
+        ep.prompt_ids = list(self.tokenizer(prompt).input_ids)
+        ep.text += prompt
+        ep.ledger = TokenLedger(turn=ep.ledger.turn + 1)
+        ep.ledger.append_tokens(ep.prompt_ids, "prompt")
+        self._next_turn(ep)
+
+    def _return(self, ep: _Episode) -> None:
+        """Close the sub-agent's context (a segment) and go back to the one it left."""
+        if not ep.parents:
+            raise ValueError("the environment returned from a sub-agent, but none is open")
+        self._forget_parked(ep)
+        self._close_segment(ep)
+        turn = ep.ledger.turn
+        ep.ledger, ep.prompt_ids = ep.parents.pop()
+        ep.ledger.turn = turn  # turns go on across contexts: the next model turn is the next one
+
+    def _forget_parked(self, ep: _Episode) -> None:
+        if ep.kept and ep.last_turn is not None and isinstance(self.engine, ParkingEngine):
+            self.engine.evict(ep.last_turn)
+        ep.kept = False
+
+    def _close_segment(self, ep: _Episode) -> None:
+        ep.segments.append(self._segment(ep, ep.ledger))
+        ep.spent_tokens += ep.ledger.num_model_tokens
 
     def _folds_before(self, ep: _Episode, answer: list[int]) -> bool:
         """Whether the history with `answer` passes the fold's budget (and the segment has a model turn)."""
@@ -523,13 +568,10 @@ class EpisodeRunner:
         assert self.fold is not None and ep.held is not None
         ep.summarising = False
         ep.turn_rewards.append(0.0)  # the summary turn earns nothing itself: it shares the episode's reward
-        ep.segments.append(self._segment(ep))
-        ep.spent_tokens += ep.ledger.num_model_tokens
+        self._close_segment(ep)
         ep.folds += 1
         self.folds += 1
-        if ep.kept and ep.last_turn is not None and isinstance(self.engine, ParkingEngine):
-            self.engine.evict(ep.last_turn)  # the next context does not extend this one
-        ep.kept = False
+        self._forget_parked(ep)  # the next context does not extend this one
         ids, source, priority = ep.held
         ep.held = None
         ledger = TokenLedger(turn=ep.ledger.turn + 1)
@@ -541,13 +583,13 @@ class EpisodeRunner:
         ep.ledger = ledger
         self._next_turn(ep, priority)
 
-    def _segment(self, ep: _Episode) -> Sample:
-        """The episode's current context as a segment: a sequence of its own, rewarded with the episode."""
-        ids, trained, logprobs, versions = ep.ledger.completion()
-        r, p = ep.request, ep.ledger.prompt_len
+    def _segment(self, ep: _Episode, ledger: TokenLedger) -> Sample:
+        """A context of the episode as a segment: a sequence of its own, rewarded with the episode."""
+        ids, trained, logprobs, versions = ledger.completion()
+        r, p = ep.request, ledger.prompt_len
         return Sample(
             f"{r.id}/segment{len(ep.segments)}",
-            tuple(ep.ledger.token_ids[:p]),
+            tuple(ledger.token_ids[:p]),
             tuple(ids),
             tuple(logprobs),
             tuple(versions),
@@ -557,7 +599,7 @@ class EpisodeRunner:
             group_id=r.group_id,
             sample_index=r.sample_index,
             trained=tuple(trained),
-            turns=tuple(ep.ledger.turns[p:]),
+            turns=tuple(ledger.turns[p:]),
         )
 
     def _next_turn(self, ep: _Episode, priority: float = 0.0) -> None:
@@ -622,7 +664,9 @@ class EpisodeRunner:
     def sample(self, ep: _Episode) -> Sample:
         """The episode as a training sample: its ledger after the prompt, reward, mask, turns."""
         ids, trained, logprobs, versions = ep.ledger.completion()
-        model_turns = ep.ledger.num_model_turns + sum(x.num_model_turns for x in ep.segments)
+        # an episode that ended inside a sub-agent: the contexts it left are segments too
+        segments = ep.segments + [self._segment(ep, ledger) for ledger, _ in ep.parents]
+        model_turns = ep.ledger.num_model_turns + sum(x.num_model_turns for x in segments)
         # a turn the environment never answered (it failed, the episode was cut) has reward 0
         rewards = (ep.turn_rewards + [0.0] * model_turns)[: max(model_turns, 1)]
         r = ep.request
@@ -642,5 +686,8 @@ class EpisodeRunner:
             trained=tuple(trained),
             turns=tuple(ep.ledger.turns[ep.ledger.prompt_len :]),
             turn_rewards=tuple(rewards),
-            segments=tuple(replace(x, reward=ep.reward) for x in ep.segments),
+            env_s=ep.env_s,
+            segments=tuple(
+                replace(x, reward=ep.reward, request_id=f"{r.id}/segment{i}") for i, x in enumerate(segments)
+            ),
         )

@@ -20,9 +20,16 @@ from schedrl.training.optimizer import adamw
 
 
 def sft_batch(source: TaskSource, tokenizer, n: int, seed: int):
+    """`n` tasks' prompts and solutions; a source whose episodes open contexts of their own (sub-agents)
+    adds each one's transcript through `contexts(task)`, a list of (prompt, completion) pairs."""
     tasks = source.sample("train", n, seed)
     prompts = [encode_prompt(tokenizer, t) for t in tasks]
     answers = [tokenizer(source.solution(t)).input_ids + [tokenizer.eos_token_id] for t in tasks]
+    contexts = getattr(source, "contexts", None)
+    for t in tasks if contexts is not None else ():
+        for prompt, completion in contexts(t):
+            prompts.append(list(tokenizer(prompt).input_ids))
+            answers.append(tokenizer(completion).input_ids + [tokenizer.eos_token_id])
     return collate(prompts, answers, tokenizer.pad_token_id)
 
 
