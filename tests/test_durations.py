@@ -44,7 +44,7 @@ def test_a_slow_episode_s_advantage_is_amplified_and_a_fast_one_s_damped():
     assert plain.learner_adv.tolist() == pytest.approx([-a, -a, a, a], abs=1e-3)
     w = [0.1 / 0.3, 0.1 / 0.3, 0.1 / 0.3, 0.9 / 0.3]  # mean 0.3 s
     assert aware.learner_adv.tolist() == pytest.approx(
-        [x * y for x, y in zip(plain.learner_adv.tolist(), w)], abs=1e-3
+        [x * y for x, y in zip(plain.learner_adv.tolist(), w, strict=True)], abs=1e-3
     )
     assert aware.adv.tolist() == pytest.approx(plain.adv.tolist())  # what data schedulers see is unweighted
     rtg = UpdateBatch.of(
