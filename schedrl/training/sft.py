@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 
 from schedrl.config import SFTConfig
-from schedrl.envs import TaskSource
+from schedrl.envs import Task, TaskSource
 from schedrl.envs.chat import prompt_ids as encode_prompt
 from schedrl.seeding import derive_seed
 from schedrl.training.batch import collate
@@ -25,7 +25,7 @@ def sft_batch(source: TaskSource, tokenizer, n: int, seed: int):
     tasks = source.sample("train", n, seed)
     prompts = [encode_prompt(tokenizer, t) for t in tasks]
     answers = [tokenizer(source.solution(t)).input_ids + [tokenizer.eos_token_id] for t in tasks]
-    contexts = getattr(source, "contexts", None)
+    contexts: Callable[[Task], list[tuple[str, str]]] | None = getattr(source, "contexts", None)
     for t in tasks if contexts is not None else ():
         for prompt, completion in contexts(t):
             prompts.append(list(tokenizer(prompt).input_ids))
