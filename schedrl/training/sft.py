@@ -26,10 +26,10 @@ def sft_batch(source: TaskSource, tokenizer, n: int, seed: int):
     prompts = [encode_prompt(tokenizer, t) for t in tasks]
     answers = [tokenizer(source.solution(t)).input_ids + [tokenizer.eos_token_id] for t in tasks]
     contexts: Callable[[Task], list[tuple[str, str]]] | None = getattr(source, "contexts", None)
-    for t in tasks if contexts is not None else ():
-        for prompt, completion in contexts(t):
-            prompts.append(list(tokenizer(prompt).input_ids))
-            answers.append(tokenizer(completion).input_ids + [tokenizer.eos_token_id])
+    pairs = [pair for t in tasks for pair in contexts(t)] if contexts is not None else []
+    for prompt, completion in pairs:
+        prompts.append(list(tokenizer(prompt).input_ids))
+        answers.append(tokenizer(completion).input_ids + [tokenizer.eos_token_id])
     return collate(prompts, answers, tokenizer.pad_token_id)
 
 
