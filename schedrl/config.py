@@ -51,6 +51,9 @@ class TaskConfig:
     # context folding (multi-turn): {tokens, ask, stop, summary_tokens, carry}; an episode whose history
     # would pass `tokens` has the model summarise it and goes on from the summary (schedrl.rollout.folding)
     fold: dict[str, Any] | None = None
+    # AgentRL's cross-policy sampling (multi-turn): {model: a local HF model directory with the policy's
+    # tokenizer, p: the share of model turns it samples}; its turns are context, never trained
+    cross_policy: dict[str, Any] | None = None
 
 
 FOLD_FIELDS = {"tokens": int, "summary_tokens": int, "ask": str, "stop": str, "carry": str}
@@ -71,6 +74,21 @@ def _validate_fold(fold: dict[str, Any] | None, env: str) -> None:
             raise ConfigError(f"config field 'task.fold.{k}' must be a non-empty string, got {v!r}")
     if "tokens" not in fold:
         raise ConfigError("config field 'task.fold' needs 'tokens', the token budget of a segment")
+
+
+def _validate_cross_policy(cross: dict[str, Any] | None, env: str) -> None:
+    if cross is None:
+        return
+    if env == "single_turn":
+        raise ConfigError("config field 'task.cross_policy' needs a multi-turn task.env; it is 'single_turn'")
+    unknown = sorted(set(cross) - {"model", "p"})
+    if unknown:
+        raise ConfigError(f"task.cross_policy has no field {unknown[0]!r}; its fields: model, p")
+    model, p = cross.get("model"), cross.get("p")
+    if not isinstance(model, str) or not model:
+        raise ConfigError(f"config field 'task.cross_policy.model' must be a model directory, got {model!r}")
+    if isinstance(p, bool) or not isinstance(p, int | float) or not 0 < p < 1:  # at 1 nothing would train
+        raise ConfigError(f"config field 'task.cross_policy.p' must be in (0, 1), got {p!r}")
 
 
 @dataclass
@@ -500,6 +518,7 @@ def _validate_task(cfg: RunConfig) -> None:
     if t.max_turn_tokens is not None and t.max_turn_tokens <= 0:
         raise ConfigError(f"config field 'task.max_turn_tokens' must be > 0, got {t.max_turn_tokens!r}")
     _validate_fold(t.fold, t.env)
+    _validate_cross_policy(t.cross_policy, t.env)
     if cfg.algo.duration_aware and t.env == "single_turn":
         raise ConfigError(
             "config field 'algo.duration_aware' weighs episodes by their environment time: it needs a "

@@ -3,6 +3,7 @@
 Every token of an episode sits in one list, in order, with what produced it:
 
     source    "prompt" | "model" | "tool" | "env" | "template" | "summary" (a folded segment's, as context)
+              | "other" (another policy's turn: cross-policy sampling)
     trained   whether the loss sees it (model tokens only)
     logprob   the behaviour log-prob the engine sampled it with (0.0 for non-model tokens)
     version   the policy version that produced it (-1 for non-model tokens)
@@ -23,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Source = Literal["prompt", "model", "tool", "env", "template", "summary"]
-SOURCES: tuple[str, ...] = ("prompt", "model", "tool", "env", "template", "summary")
+Source = Literal["prompt", "model", "tool", "env", "template", "summary", "other"]
+SOURCES: tuple[str, ...] = ("prompt", "model", "tool", "env", "template", "summary", "other")
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:

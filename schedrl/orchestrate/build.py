@@ -17,7 +17,7 @@ from typing import Any, cast
 import torch
 from transformers import PreTrainedModel
 
-from schedrl.config import RunConfig, config_to_dict
+from schedrl.config import ConfigError, RunConfig, config_to_dict
 from schedrl.data import SCHEDULERS, DataContext, DataScheduler
 from schedrl.engine import Engine, EngineConfig
 from schedrl.engine.registry import ENGINES
@@ -150,7 +150,6 @@ def make_learner(
 
 def with_reward_model(source: TaskSource, spec: dict[str, Any]) -> TaskSource:
     """`source` rewarded by its rule mixed with the reward model `spec` names (`task.reward_model`)."""
-    from schedrl.config import ConfigError
     from schedrl.rewards.mixed import ModelRewarded
 
     try:
@@ -187,6 +186,9 @@ def make_episodes(cfg: RunConfig, engine: Engine, tokenizer: Any, source: TaskSo
 
     probe = new_env()  # for its stop strings
     asyncio.run(probe.close())
+    cross = None
+    if t.cross_policy is not None:
+        cross = (other_policy_engine(cfg, t.cross_policy["model"], tokenizer), float(t.cross_policy["p"]))
     return EpisodeRunner(
         engine,
         tokenizer,
@@ -199,7 +201,22 @@ def make_episodes(cfg: RunConfig, engine: Engine, tokenizer: Any, source: TaskSo
         make_tool_wait_policy(cfg),
         max_error_rate=t.max_env_error_rate,
         fold=Fold(**t.fold) if t.fold is not None else None,
+        cross=cross,
     )
+
+
+def other_policy_engine(cfg: RunConfig, path: str, tokenizer: Any) -> Engine:
+    """Cross-policy sampling's engine: the model at `path`, which must share the policy's tokenizer."""
+    if not Path(path).is_dir():
+        raise ConfigError(f"config field 'task.cross_policy.model': {path!r} is not a model directory")
+    model, other = load_policy(cfg, path, default_device())
+    if other.get_vocab() != tokenizer.get_vocab():
+        raise ConfigError(
+            f"config field 'task.cross_policy.model': the tokenizer of {path!r} is not the policy's; "
+            "the other policy's tokens go into the policy's history"
+        )
+    model.eval().requires_grad_(False)
+    return make_engine(cfg, model, tokenizer)
 
 
 def build(cfg: RunConfig, run: RunDir, resume: bool = False, source: TaskSource | None = None) -> Components:

@@ -19,6 +19,11 @@ prompt and the summary, and each context is trained as a segment of the episode'
 likewise: an environment's answer may open a fresh context (`StepResult.context: branch`), whose turns
 run until an answer closes it (`return`) and goes to the context it left.
 
+With `cross` (AgentRL's cross-policy sampling), each model turn is sampled by another policy's engine
+with probability p: its tokens enter the history as context (source "other", never trained), so the
+trained policy explores from states it would not reach alone, and the episode's reward goes to its own
+turns.
+
 Bad input ends an episode, never the run: an environment that raises, answers with the wrong type
 or takes longer than `env_timeout_s` scores 0 and is counted (`env_errors`); a history that
 outgrows the engine's context ends with finish reason "length". Above `max_error_rate` errors per
@@ -31,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import random
 import sys
 import threading
 import time
@@ -85,12 +91,16 @@ class _Episode:
     held: tuple[list[int], str, float] | None = None  # ids, source, priority
     # sub-agents: the contexts waiting for the one opened last to return, with their prompts
     parents: list[tuple[TokenLedger, list[int]]] = field(default_factory=list)
+    # cross-policy sampling: whether its turn in flight is the other policy's, and that policy's share
+    on_other: bool = False
+    other_tokens: int = 0
+    other_turns: int = 0
 
     @property
     def model_tokens(self) -> int:
         """Model tokens of the whole episode: its closed segments', its waiting contexts' and its ledger's."""
         waiting = sum(ledger.num_model_tokens for ledger, _ in self.parents)
-        return self.spent_tokens + waiting + self.ledger.num_model_tokens
+        return self.spent_tokens + waiting + self.ledger.num_model_tokens + self.other_tokens
 
 
 @dataclass
@@ -139,6 +149,7 @@ class EpisodeRunner:
         max_error_rate: float = 0.05,
         min_episodes: int = 50,
         fold: Fold | None = None,
+        cross: tuple[Engine, float] | None = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"EpisodeRunner.max_turns must be >= 1, got {max_turns!r}")
@@ -151,6 +162,11 @@ class EpisodeRunner:
             raise ValueError(f"EpisodeRunner.max_turn_tokens must be >= 1, got {max_turn_tokens!r}")
         self.max_turn_tokens = max_turn_tokens
         self.fold = fold  # context folding: None keeps every episode in one context
+        # cross-policy sampling: another policy's engine and the share of model turns it samples
+        self.other, self.cross_p = cross if cross is not None else (None, 0.0)
+        if self.other is not None and not 0.0 < self.cross_p <= 1.0:
+            raise ValueError(f"EpisodeRunner cross-policy share must be in (0, 1], got {self.cross_p!r}")
+        self.other_turns = 0  # model turns the other policy sampled so far
         self.folds = 0  # summaries written so far (each closed a segment)
         self.tool_wait = tool_wait if tool_wait is not None else Release()
         self.clock = clock if clock is not None else WallClock()
@@ -289,7 +305,7 @@ class EpisodeRunner:
             except Exception as err:  # a bad answer (wrong type, bad source, nothing to prompt with) ends it
                 self._env_error(p.ep, f"{p.kind}", err)
                 self._end(p.ep, 0.0)
-        if self._in_engine:
+        if any(not ep.on_other for ep in self._in_engine.values()):
             started = self.clock.now()
             finished = self.engine.step()
             self.clock.charge(getattr(self.engine, "last_step", StepStats()))
@@ -298,6 +314,9 @@ class EpisodeRunner:
                 self.peak_cached_tokens, getattr(self.engine, "num_cached_tokens", 0)
             )
             for s in finished:
+                self._on_model_turn(self._in_engine.pop(s.request_id), s)
+        if self.other is not None and any(ep.on_other for ep in self._in_engine.values()):
+            for s in self.other.step():
                 self._on_model_turn(self._in_engine.pop(s.request_id), s)
         self._check_closed()
         self._check_error_rate()
@@ -325,7 +344,7 @@ class EpisodeRunner:
         ep.suspended = True
         if ep.last_turn in self._in_engine:
             del self._in_engine[ep.last_turn]
-            ep.cut = self.engine.abort(ep.last_turn)
+            ep.cut = self._engine_of(ep).abort(ep.last_turn)
             ep.kept = False  # an aborted request does not park
         return ep
 
@@ -336,7 +355,7 @@ class EpisodeRunner:
         if ep.cut is not None:
             turn = Request.resume(ep.cut)
             ep.cut = None
-            self.engine.add(turn)
+            self._engine_of(ep).add(turn)
             self._in_engine[turn.id] = ep
 
     def discard(self, episode_id: str) -> _Episode | None:
@@ -350,7 +369,7 @@ class EpisodeRunner:
         self.discarded += 1
         if ep.last_turn in self._in_engine:
             del self._in_engine[ep.last_turn]
-            self.engine.abort(ep.last_turn)
+            self._engine_of(ep).abort(ep.last_turn)
         elif ep.kept and ep.last_turn is not None and isinstance(self.engine, ParkingEngine):
             self.engine.evict(ep.last_turn)  # parked on a tool call: its keys and values go
         for f in [f for f, p in self._waiting.items() if p.ep is ep]:
@@ -396,7 +415,15 @@ class EpisodeRunner:
             "env_errors": float(self.env_errors),
             **{f"tool/{k}": float(v) for k, v in self.tool_counts.items()},
             **pool_metrics(),
+            **self.context_counters(),
+        }
+
+    def context_counters(self) -> dict[str, float]:
+        """Cumulative: summaries written (`fold/summaries`) and turns the other policy sampled
+        (`cross/other_turns`), for the runs that fold or sample across policies."""
+        return {
             **({"fold/summaries": float(self.folds)} if self.fold is not None else {}),
+            **({"cross/other_turns": float(self.other_turns)} if self.other is not None else {}),
         }
 
     def _engine_counters(self) -> dict[str, int]:
@@ -534,6 +561,19 @@ class EpisodeRunner:
         ep.ledger, ep.prompt_ids = ep.parents.pop()
         ep.ledger.turn = turn  # turns go on across contexts: the next model turn is the next one
 
+    def _engine_of(self, ep: _Episode) -> Engine:
+        """The engine of the episode's model turn in flight (or last)."""
+        return self.other if ep.on_other and self.other is not None else self.engine
+
+    def _crosses(self, ep: _Episode) -> bool:
+        """Whether the episode's next model turn is the other policy's (seeded: a rerun draws the same)."""
+        if self.other is None or ep.summarising:
+            return False
+        return (
+            random.Random(derive_seed(ep.request.params.seed, "cross", ep.ledger.turn)).random()
+            < self.cross_p
+        )
+
     def _forget_parked(self, ep: _Episode) -> None:
         if ep.kept and ep.last_turn is not None and isinstance(self.engine, ParkingEngine):
             self.engine.evict(ep.last_turn)
@@ -620,7 +660,11 @@ class EpisodeRunner:
     def _add_turn(
         self, ep: _Episode, budget: int, stops: tuple[str, ...], priority: float, keep_s: float
     ) -> None:
-        """A model turn of `ep` to the engine: the whole ledger as its prompt."""
+        """A model turn of `ep` to the engine (or the other policy's): the whole ledger as its prompt."""
+        ep.on_other = self._crosses(ep)
+        if ep.on_other:  # another model: nothing parked for it, and the policy's parked turn goes
+            self._forget_parked(ep)
+            keep_s = 0.0
         p = ep.request.params
         params = replace(
             p, max_new_tokens=budget, stop_strings=stops, seed=derive_seed(p.seed, "turn", ep.ledger.turn)
@@ -638,7 +682,7 @@ class EpisodeRunner:
             continues=ep.last_turn if ep.kept else None,
         )
         try:
-            self.engine.add(turn)
+            self._engine_of(ep).add(turn)
         except ValueError:  # the history no longer fits the engine's context
             ep.finish = "length"
             self._end(ep)
@@ -652,7 +696,13 @@ class EpisodeRunner:
             assert self.timeline is not None
             name = f"turn {ep.ledger.turn} ({len(s.token_ids)} tokens)"
             self.timeline.add("turn", ep.turn_wall, time.time(), track=ep.request.id, name=name)
-        ep.ledger.append_model(s.token_ids, s.logprobs, s.versions)
+        if ep.on_other:  # the other policy's turn: context for the trained one
+            ep.ledger.append_tokens(s.token_ids, "other")
+            ep.other_tokens += len(s.token_ids)
+            ep.other_turns += 1
+            self.other_turns += 1
+        else:
+            ep.ledger.append_model(s.token_ids, s.logprobs, s.versions)
         ep.text += s.text
         if s.finish_reason == "length" and ep.model_tokens >= ep.request.params.max_new_tokens:
             ep.finish = "length"
@@ -666,7 +716,7 @@ class EpisodeRunner:
         ids, trained, logprobs, versions = ep.ledger.completion()
         # an episode that ended inside a sub-agent: the contexts it left are segments too
         segments = ep.segments + [self._segment(ep, ledger) for ledger, _ in ep.parents]
-        model_turns = ep.ledger.num_model_turns + sum(x.num_model_turns for x in segments)
+        model_turns = ep.ledger.num_model_turns + sum(x.num_model_turns for x in segments) + ep.other_turns
         # a turn the environment never answered (it failed, the episode was cut) has reward 0
         rewards = (ep.turn_rewards + [0.0] * model_turns)[: max(model_turns, 1)]
         r = ep.request

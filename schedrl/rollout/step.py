@@ -116,6 +116,7 @@ class StepRollout:
             **self.episodes.last_stats,
             **{f"tool/{k}": float(v) for k, v in sorted(self.episodes.tool_counts.items())},
             **pool_metrics(),
+            **self.episodes.context_counters(),
         }
         return kept, stats
 
