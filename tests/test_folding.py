@@ -250,12 +250,11 @@ class Delegates:
         return None
 
 
-def _delegate(model, tokenizer, **kw):
+def _delegate(model, tokenizer, budget=20, **kw):
     task = Task("t0", "go:", "", domain="test")
     runner = EpisodeRunner(HFEngine(model, tokenizer), tokenizer, lambda: Delegates(**kw), max_turn_tokens=3)
-    r = Request(
-        "e0", tuple(tokenizer("go:").input_ids), SamplingParams(20, seed=0), task_id="t0", group_id="g"
-    )
+    params = SamplingParams(budget, seed=0, ignore_eos=budget < 20)
+    r = Request("e0", tuple(tokenizer("go:").input_ids), params, task_id="t0", group_id="g")
     try:
         return runner.run([r], {"t0": task})[0], runner
     finally:
@@ -289,6 +288,14 @@ def test_an_episode_that_ends_inside_a_sub_agent_keeps_every_context(model, toke
     (main,) = s.segments  # the main context, left waiting, is a segment; the sub-agent's is the sample
     assert main.prompt_ids == tuple(tokenizer("go:").input_ids)
     assert s.prompt_ids == tuple(tokenizer("sub:").input_ids) and s.reward == pytest.approx(1.1)
+
+
+def test_a_sub_agent_that_never_got_a_turn_is_no_segment(model, tokenizer):
+    s, _ = _delegate(model, tokenizer, budget=3)  # the first turn spends the whole budget, then branches
+    assert s.segments == () and s.finish_reason == "length"
+    assert (
+        s.prompt_ids == tuple(tokenizer("go:").input_ids) and s.num_tokens == 3 and s.trained == (True,) * 3
+    )
 
 
 def test_a_return_with_no_sub_agent_open_ends_the_episode_and_is_counted(model, tokenizer):

@@ -712,32 +712,29 @@ class EpisodeRunner:
         self._call(ep, "step", ep.env.step(s.text))
 
     def sample(self, ep: _Episode) -> Sample:
-        """The episode as a training sample: its ledger after the prompt, reward, mask, turns."""
-        ids, trained, logprobs, versions = ep.ledger.completion()
+        """The episode as a training sample: its last context's tokens after its prompt, with the reward,
+        mask and turns of the whole episode; its other contexts (folded, or left for a sub-agent) are its
+        segments. A context with no tokens after its prompt (a sub-agent that never got a turn) is none."""
         # an episode that ended inside a sub-agent: the contexts it left are segments too
-        segments = ep.segments + [self._segment(ep, ledger) for ledger, _ in ep.parents]
-        model_turns = ep.ledger.num_model_turns + sum(x.num_model_turns for x in segments) + ep.other_turns
+        contexts = [
+            *ep.segments,
+            *(self._segment(ep, ledger) for ledger, _ in ep.parents),
+            self._segment(ep, ep.ledger),
+        ]
+        kept = [x for x in contexts if x.token_ids] or contexts[-1:]
+        model_turns = sum(x.num_model_turns for x in kept if x.token_ids) + ep.other_turns
         # a turn the environment never answered (it failed, the episode was cut) has reward 0
         rewards = (ep.turn_rewards + [0.0] * model_turns)[: max(model_turns, 1)]
         r = ep.request
-        return Sample(
-            r.id,
-            tuple(ep.ledger.token_ids[: ep.ledger.prompt_len]),
-            tuple(ids),
-            tuple(logprobs),
-            tuple(versions),
-            ep.finish,
-            r.params,
+        return replace(
+            kept[-1],
+            request_id=r.id,
+            finish_reason=ep.finish,
             text=ep.text,
-            task_id=r.task_id,
-            group_id=r.group_id,
-            sample_index=r.sample_index,
             reward=ep.reward,
-            trained=tuple(trained),
-            turns=tuple(ep.ledger.turns[ep.ledger.prompt_len :]),
             turn_rewards=tuple(rewards),
             env_s=ep.env_s,
             segments=tuple(
-                replace(x, reward=ep.reward, request_id=f"{r.id}/segment{i}") for i, x in enumerate(segments)
+                replace(x, reward=ep.reward, request_id=f"{r.id}/segment{i}") for i, x in enumerate(kept[:-1])
             ),
         )
