@@ -61,6 +61,10 @@ class Job:
 
     trained = None  # every token is the model's
 
+    def rows(self) -> list[Job]:
+        """What the learner trains on (the loop's staleness check reads each): the job itself, one sequence."""
+        return [self]
+
     @property
     def group_id(self) -> str:
         return self.group.id  # type: ignore[attr-defined]
