@@ -124,11 +124,16 @@ class GeneratedTasks(ABC):
     def solution(self, task: Task) -> str:
         return task.answer
 
+    def split_key(self, task: Task) -> str:
+        """What decides a task's split: its prompt (a task whose prompts repeat across problems, such as a
+        few sizes or letters, splits on what follows them instead)."""
+        return task.prompt
+
     def draw(self, rng: random.Random, split: str) -> Task:
         """Draw one task from ``split`` using ``rng`` (rejection sampling on the split hash)."""
         for _ in range(self.max_tries):
             task = self.candidate(rng)
-            if task is not None and split_of(task.prompt) == split:
+            if task is not None and split_of(self.split_key(task)) == split:
                 return task
         raise ValueError(
             f"task '{self.name}': no {split!r} problem found in {self.max_tries} tries; "

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from schedrl.envs.base import GeneratedTasks, Task, TaskSource, check_int_range, split_of, task_id
+from schedrl.envs.base import GeneratedTasks, Task, TaskSource, check_int_range, task_id
 from schedrl.envs.environment import Observation, StepResult
 
 END = ";"
@@ -46,13 +46,9 @@ class ExperimentsTask(GeneratedTasks):
         meta = {"rows_k": rows, "variant": variant}
         return Task(task_id("exp", f"{rows}/{variant}"), prompt, best, domain=self.name, metadata=meta)
 
-    def draw(self, rng: random.Random, split: str) -> Task:
+    def split_key(self, task: Task) -> str:
         """Both splits hold every size: the split is by variant, the prompt is the size."""
-        for _ in range(self.max_tries):
-            task = self.candidate(rng)
-            if task is not None and split_of(task.id) == split:
-                return task
-        raise ValueError(f"task 'experiments': no {split!r} problem found in {self.max_tries} tries")
+        return task.id
 
     def reward(self, task: Task, completion: str) -> float:
         return score(completion.strip().removesuffix(END).strip(), task.metadata["rows_k"])

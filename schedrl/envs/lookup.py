@@ -66,6 +66,10 @@ class LookupTask(GeneratedTasks):
             task_id("lookup", key), prompt, "".join(values[k] for k in keys), domain=self.name, metadata=meta
         )
 
+    def split_key(self, task: Task) -> str:
+        """Both splits ask for every letter: the split is by the documents, not the keys."""
+        return task.id
+
     def reward(self, task: Task, completion: str) -> float:
         """The main agent's transcript: 1 when its final answer is every value in order."""
         parts = [p for p in completion.split(END) if p.strip()]

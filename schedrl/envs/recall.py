@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 
-from schedrl.envs.base import GeneratedTasks, Task, TaskSource, check_int_range, split_of, task_id
+from schedrl.envs.base import GeneratedTasks, Task, TaskSource, check_int_range, task_id
 from schedrl.envs.environment import Observation, StepResult
 
 END = ";"
@@ -53,14 +53,9 @@ class RecallTask(GeneratedTasks):
             task_id("recall", key), prompt, END.join(map(str, values)), domain=self.name, metadata=meta
         )
 
-    def draw(self, rng: random.Random, split: str) -> Task:
-        """As `GeneratedTasks.draw`, split on the whole run of values: ten prompts are shared by every
-        split, the runs that follow them are not."""
-        for _ in range(self.max_tries):
-            task = self.candidate(rng)
-            if task is not None and split_of(task.metadata["key"]) == split:
-                return task
-        raise ValueError(f"task 'recall': no {split!r} problem found in {self.max_tries} tries; raise rounds")
+    def split_key(self, task: Task) -> str:
+        """The whole run of values: ten prompts are shared by every split, the runs that follow them are not."""
+        return task.metadata["key"]
 
     def reward(self, task: Task, completion: str) -> float:
         """A whole transcript: 1 when it names the right value in every round."""
