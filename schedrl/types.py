@@ -175,8 +175,9 @@ class Sample:
         return replace(self, reward=reward)
 
     def rows(self) -> list[Sample]:
-        """The sequences the learner trains on: each earlier segment, then this one, all with its reward."""
-        return [replace(s, reward=self.reward) for s in self.segments] + [self]
+        """The sequences the learner trains on: each earlier segment, then this one, all with its reward;
+        one with no tokens after its prompt (every turn another policy's) has nothing to train."""
+        return [replace(s, reward=self.reward) for s in self.segments] + ([self] if self.token_ids else [])
 
 
 def _required(x: Request | Sample, field: str) -> str:

@@ -122,3 +122,10 @@ def test_a_run_samples_across_policies(tmp_path, tokenizer, other_model):
     schedrl.train(cfg)
     rows = [r for r in read_metrics(tmp_path / "cross" / "metrics.jsonl") if "loss" in r]
     assert len(rows) == 2 and rows[-1]["cross/other_turns"] > 0 and rows[-1]["masked_tokens"] > 0
+
+
+def test_an_episode_with_no_turn_of_its_own_leaves_no_row():
+    from schedrl.types import Sample
+
+    empty = Sample("e0", (1, 2, 3), (), (), (), "stop", SamplingParams(4), reward=1.0)
+    assert empty.rows() == []
