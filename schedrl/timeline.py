@@ -17,10 +17,13 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from schedrl.types import Timings
+
 TIMELINE_FILE = "timeline.jsonl"  # in the run directory
 EPISODES_FILE = "episodes.jsonl"  # the episodes' own spans, beside it (`write_spans`)
 KINDS = ("generate", "prefill", "decode", "reward", "train", "weight-sync", "wait")
-EPISODE_KINDS = ("env", "turn", "answer-wait")  # an environment call, a model turn, an answer's wait
+# an environment call, a model turn, an answer's wait; inside a turn, the engine's phases of its request
+EPISODE_KINDS = ("env", "turn", "answer-wait", "queued", "prefill", "decode")
 BUSY = frozenset(KINDS) - {"wait"}
 MERGE_GAP_S = 1e-3
 
@@ -37,6 +40,26 @@ class Span:
     @property
     def duration(self) -> float:
         return self.end - self.start
+
+
+def engine_phases(timings: Timings, start: float, end: float) -> list[tuple[str, float, float]]:
+    """A turn's request in the engine as (kind, start, end) on the wall clock: ``queued`` (arrival to
+    admission), ``prefill`` (to the first token), ``decode`` (to the last). The engine stamps its own clock;
+    its stamps are placed so that `finished` falls at `end`, when the turn came back, and each phase is
+    clipped to the turn's span [`start`, `end`], inside which the trace draws it. A phase the engine did
+    not stamp, or one of no length, is left out."""
+    if timings.finished is None:
+        return []
+    shift = end - timings.finished
+    stamps = [timings.arrival, timings.admitted, timings.first_token, timings.finished]
+    out = []
+    for kind, a, b in zip(("queued", "prefill", "decode"), stamps, stamps[1:], strict=False):
+        if a is None or b is None:
+            continue
+        lo, hi = max(start, a + shift), min(end, b + shift)
+        if hi > lo:
+            out.append((kind, lo, hi))
+    return out
 
 
 class Recorder:

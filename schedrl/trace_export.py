@@ -4,8 +4,9 @@ https://ui.perfetto.dev or chrome://tracing.
 One process per worker (the trainer, each engine, the learner, the reward worker) with its spans
 (`generate`, `prefill`, `decode`, `reward`, `train`, `weight-sync`, `wait`) on one track; and one process,
 `episodes`, with a track per multi-turn episode: its model turns (`turn`, with their token counts), its
-environment calls (`env`: reset, each step with its tool calls' outcomes) and the time an environment's
-answer waited for the runner to take it (`answer-wait`). Times are microseconds from the run's first
+environment calls (`env`: reset, each step with its tool calls' outcomes), the time an environment's
+answer waited for the runner to take it (`answer-wait`), and inside each turn the engine's phases of its
+request (`queued` for admission, `prefill`, `decode`; `timeline.engine_phases`). Times are microseconds from the run's first
 span. `schedrl report RUN_DIR` writes it beside the report and links it.
 """
 
@@ -54,7 +55,8 @@ def trace_events(workers: list[Span], episodes: list[Span]) -> list[dict[str, An
 
     events += [event(s, pids[s.worker], 0) for s in sorted(workers, key=lambda s: s.start)]
     events += [
-        event(s, pids[EPISODES_PROCESS], tids[s.track]) for s in sorted(episodes, key=lambda s: s.start)
+        event(s, pids[EPISODES_PROCESS], tids[s.track])
+        for s in sorted(episodes, key=lambda s: (s.start, -s.duration))  # a turn before the phases it holds
     ]
     return events
 

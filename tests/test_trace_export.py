@@ -1,6 +1,7 @@
 """Episode traces: trace events in closed form; a multi-turn run (synchronous, and asynchronous on
 threads) records each episode's reset, model turns and steps in order, exported with the workers' spans
-as a trace-event JSON that the report links; `logging.episode_trace: false` records none."""
+as a trace-event JSON that the report links, each turn holding its request's engine phases;
+`logging.episode_trace: false` records none."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import json
 
 import pytest
 
-from schedrl.timeline import EPISODES_FILE, Span
+from schedrl.timeline import EPISODES_FILE, Span, engine_phases
 from schedrl.trace_export import TRACE_FILE, trace_events, write_trace
+from schedrl.types import Timings
 
 
 def test_trace_events_in_closed_form():
@@ -33,6 +35,25 @@ def test_trace_events_in_closed_form():
         ("turn 0 (4 tokens)", "turn", 3, 2, 100000.0, 200000.0),
     ]
     assert trace_events([], []) == []
+
+
+def test_engine_phases_fall_inside_the_turn_in_closed_form():
+    # the engine's clock starts elsewhere: its `finished` lands at the turn's end (110.0)
+    t = Timings(arrival=5.0, admitted=5.25, first_token=5.5, finished=6.0)
+    assert engine_phases(t, 109.0, 110.0) == [("queued", 109.0, 109.25), ("prefill", 109.25, 109.5),
+                                              ("decode", 109.5, 110.0)]  # fmt: skip
+    # a turn span shorter than the engine's stamps: the phases are clipped into it
+    assert engine_phases(t, 109.4, 110.0) == [("prefill", 109.4, 109.5), ("decode", 109.5, 110.0)]
+    # admitted at arrival (no queue), never stamped, or not finished
+    assert [k for k, *_ in engine_phases(Timings(1.0, 1.0, 1.5, 2.0), 0.0, 9.0)] == ["prefill", "decode"]
+    assert engine_phases(Timings(1.0, None, None, 2.0), 0.0, 9.0) == []
+    assert engine_phases(Timings(1.0, 1.5, None, None), 0.0, 9.0) == []
+
+
+def test_a_turn_comes_before_the_phases_it_holds():
+    episodes = [Span("e", "queued", 1.0, 1.5, "ep", "queued"), Span("e", "turn", 1.0, 2.0, "ep", "turn 0")]
+    cats = [e["cat"] for e in trace_events([], episodes) if e["ph"] == "X"]
+    assert cats == ["turn", "queued"]
 
 
 def run_tools(tmp_path, name: str, **extra):
@@ -75,6 +96,13 @@ def test_a_multi_turn_run_traces_each_episode_in_order(tmp_path, mode):
         assert all(k == "env" for k in kinds[0::2])  # reset, turn, step, turn, step ...
         for a, b in zip(evs, evs[1:], strict=False):
             assert a["ts"] + a["dur"] <= b["ts"] + 1.0  # one thing at a time per episode (1 us slack)
+    phases = [e for e in events if e["cat"] in ("queued", "prefill", "decode") and "episode" in e["args"]]
+    turns = [e for e in events if e["cat"] == "turn"]
+    assert {e["cat"] for e in phases} >= {"prefill", "decode"}
+    for p in phases:  # each phase inside a turn of its own episode
+        assert any(t["tid"] == p["tid"] and t["ts"] <= p["ts"] and p["ts"] + p["dur"] <= t["ts"] + t["dur"] + 1.0
+                   for t in turns)  # fmt: skip
+    assert sum(p["dur"] for p in phases if p["cat"] == "decode") > 0
 
 
 def test_episode_traces_can_be_turned_off(tmp_path):

@@ -56,7 +56,7 @@ from schedrl.rollout.clock import WallClock
 from schedrl.rollout.folding import Fold
 from schedrl.rollout.tool_wait import Back, Release, ToolWaitPolicy, Turn
 from schedrl.seeding import derive_seed
-from schedrl.timeline import Recorder
+from schedrl.timeline import Recorder, engine_phases
 from schedrl.types import FinishReason, Request, Sample, task_of
 
 log = logging.getLogger(__name__)
@@ -694,8 +694,10 @@ class EpisodeRunner:
     def _on_model_turn(self, ep: _Episode, s: Sample) -> None:
         if self._tracing:
             assert self.timeline is not None
-            name = f"turn {ep.ledger.turn} ({len(s.token_ids)} tokens)"
-            self.timeline.add("turn", ep.turn_wall, time.time(), track=ep.request.id, name=name)
+            now, name = time.time(), f"turn {ep.ledger.turn} ({len(s.token_ids)} tokens)"
+            self.timeline.add("turn", ep.turn_wall, now, track=ep.request.id, name=name)
+            for kind, start, end in engine_phases(s.timings, ep.turn_wall, now):
+                self.timeline.add(kind, start, end, track=ep.request.id, name=kind)
         if ep.on_other:  # the other policy's turn: context for the trained one
             ep.ledger.append_tokens(s.token_ids, "other")
             ep.other_tokens += len(s.token_ids)
