@@ -60,10 +60,25 @@ def test_the_warm_up_shows_every_context_s_transcript(tokenizer):
     assert len({t.prompt for t in LookupTask(keys=1).sample("eval", 200, seed=0)}) > 20
 
 
+def test_a_log_document_is_the_key_s_settings_and_the_last_one_holds():
+    src = LookupTask(keys=2, entries=3, document="log")
+    for task in src.sample("train", 30, seed=1):
+        for key, doc in task.metadata["docs"].items():
+            settings = doc.removesuffix(f". {key}?").split()
+            assert len(settings) == 3 and all(s.startswith(f"{key}=") for s in settings)
+            assert task.metadata["values"][key] == settings[-1][-1]
+        assert src.reward(task, src.solution(task)) == 1.0
+    # the last setting decides: the earlier ones differ from it in some documents
+    docs = [d for t in src.sample("train", 30, seed=1) for d in t.metadata["docs"].values()]
+    assert any(len({s[-1] for s in d.split(". ")[0].split()}) > 1 for d in docs)
+
+
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="keys"):
         make_task("lookup", keys=0)
     with pytest.raises(ValueError, match="entries"):
         make_task("lookup", entries=1)
+    with pytest.raises(ValueError, match="document must be one of table, log, got 'book'"):
+        make_task("lookup", document="book")
     with pytest.raises(ValueError, match="lookup_reward"):
         make_env("lookup", LookupTask(), lookup_reward=1.0)

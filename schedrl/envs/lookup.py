@@ -3,7 +3,8 @@ read.
 
 The episode starts with the keys to find (letters): ``"find k,z:"``. The main agent asks for one key per
 turn, ``"ask k;"``. The environment opens a sub-agent (`StepResult.context: branch`) whose prompt is a
-document the main agent never sees, ``"b=1 k=7 z=3 p=5. k?"``; the sub-agent answers with a digit,
+document the main agent never sees: a table of entries, ``"b=1 k=7 z=3 p=5. k?"``, or (`document: log`)
+the key's log of settings, the last one holding, ``"k=3 k=5 k=7. k?"``; the sub-agent answers with a digit,
 ``"7;"``, and the environment returns that answer (the first digit the sub-agent wrote, ``?`` for none) to
 the main agent (`context: return`): ``" got 7:"``.
 Once every key is asked, the main agent answers with the values in order, ``"73;"``.
@@ -24,6 +25,7 @@ from schedrl.envs.base import GeneratedTasks, Task, TaskSource, check_int_range,
 from schedrl.envs.environment import Observation, StepResult
 
 END = ";"
+DOCUMENTS = ("table", "log")
 
 
 def _name(rng: random.Random) -> str:
@@ -35,13 +37,19 @@ def _said(action: str) -> str:
 
 
 class LookupTask(GeneratedTasks):
-    """`keys` keys to find, each in a document of `entries` name=digit entries."""
+    """`keys` keys to find, each in a document of `entries` name=digit entries (`document: table`), or of
+    `entries` settings of the key itself, the last one holding (`document: log`)."""
 
     name = "lookup"
 
-    def __init__(self, keys: int = 2, entries: int = 4) -> None:
+    def __init__(self, keys: int = 2, entries: int = 4, document: str = "table") -> None:
         self.keys = check_int_range(self.name, "keys", keys, 1, 4)
         self.entries = check_int_range(self.name, "entries", entries, 2, 12)
+        if document not in DOCUMENTS:
+            raise ValueError(
+                f"task 'lookup': document must be one of {', '.join(DOCUMENTS)}, got {document!r}"
+            )
+        self.document = document
 
     def candidate(self, rng: random.Random) -> Task | None:
         names: list[str] = []
@@ -52,12 +60,16 @@ class LookupTask(GeneratedTasks):
         keys, others = names[: self.keys], names[self.keys :]
         docs, values = {}, {}
         for k in keys:
-            values[k] = str(rng.randrange(10))
-            entries = [
-                f"{k}={values[k]}",
-                *(f"{o}={rng.randrange(10)}" for o in rng.sample(others, self.entries - 1)),
-            ]
-            rng.shuffle(entries)
+            if self.document == "log":  # the key set `entries` times; the last one holds
+                entries = [f"{k}={rng.randrange(10)}" for _ in range(self.entries)]
+                values[k] = entries[-1][-1]
+            else:
+                values[k] = str(rng.randrange(10))
+                entries = [
+                    f"{k}={values[k]}",
+                    *(f"{o}={rng.randrange(10)}" for o in rng.sample(others, self.entries - 1)),
+                ]
+                rng.shuffle(entries)
             docs[k] = " ".join(entries) + f". {k}?"
         prompt = f"find {','.join(keys)}:"
         meta = {"docs": docs, "values": values}
