@@ -42,7 +42,7 @@ class Recording(HFEngine):
         return out
 
 
-def _run(model, other_model, tokenizer, p: float, n: int = 4, budget: int = 60):
+def _run(model, other_model, tokenizer, p: float, n: int = 4, budget: int = 60, alone: bool = False):
     task = Task("t0", "go:", "", domain="test")
     mine, other = Recording(model, tokenizer), Recording(other_model, tokenizer)
     runner = EpisodeRunner(mine, tokenizer, Rounds, max_turns=ROUNDS, max_turn_tokens=3, cross=(other, p))
@@ -52,7 +52,7 @@ def _run(model, other_model, tokenizer, p: float, n: int = 4, budget: int = 60):
         for i in range(n)
     ]  # fmt: skip
     try:
-        return runner.run(requests, {"t0": task}), mine, other, runner
+        return runner.run(requests, {"t0": task}, alone=alone), mine, other, runner
     finally:
         runner.close()
 
@@ -89,6 +89,32 @@ def test_every_turn_to_the_other_policy_trains_nothing_and_counts_against_the_bu
     assert all(
         sum(len(v) for k, v in other.finished.items() if k.startswith(f"e{i}/")) <= 6 for i in range(2)
     )
+
+
+def test_episodes_run_alone_give_every_turn_to_the_policy(model, other_model, tokenizer):
+    """A held-out evaluation judges the policy: its episodes run `alone`, with no other-policy turn."""
+    samples, mine, other, runner = _run(model, other_model, tokenizer, p=0.5, alone=True)
+    assert not other.finished and runner.other_turns == 0
+    assert len(mine.finished) == 4 * ROUNDS
+    assert all(s.trained is not None and all(s.trained[len(s.trained) - 1 :]) for s in samples)
+
+
+def test_the_held_out_evaluation_never_crosses(model, other_model, tokenizer):
+    from schedrl.orchestrate.evaluate import evaluate
+
+    class Source:
+        def sample(self, split, n, seed):
+            return [Task(f"t{i}", "go:", "", domain="test") for i in range(n)]
+
+    mine, other = Recording(model, tokenizer), Recording(other_model, tokenizer)
+    runner = EpisodeRunner(mine, tokenizer, Rounds, max_turns=ROUNDS, max_turn_tokens=3, cross=(other, 0.9))
+    try:
+        out = evaluate(mine, tokenizer, Source(), n_tasks=3, k=2, temperature=1.0, max_new_tokens=60, seed=0,
+                       episodes=runner)  # fmt: skip
+    finally:
+        runner.close()
+    assert out["greedy_acc"] == 1.0 and not other.finished and runner.other_turns == 0
+    assert len(mine.finished) == 3 * (1 + 2) * ROUNDS  # greedy and k = 2 sampled episodes, every turn its own
 
 
 def test_bad_cross_policy_settings_are_named(tmp_path):

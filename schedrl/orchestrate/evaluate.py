@@ -40,7 +40,7 @@ def evaluate(
         if episodes is None:
             samples = engine.generate(requests)
             return samples, scorer(by_id, samples)
-        samples = episodes.run(requests, by_id)
+        samples = episodes.run(requests, by_id, alone=True)  # the policy alone, cross-policy or not
         # an episode is judged on its outcome, the last turn's reward, not on shaping rewards before it
         return samples, [s.turn_rewards[-1] if s.turn_rewards else (s.reward or 0.0) for s in samples]
 

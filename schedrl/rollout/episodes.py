@@ -68,6 +68,7 @@ class _Episode:
     task: Task
     env: Environment
     ledger: TokenLedger = field(default_factory=TokenLedger)
+    alone: bool = False  # every model turn the policy's (no cross-policy turn)
     text: str = ""  # everything after the prompt, decoded
     reward: float = 0.0
     turn_rewards: list[float] = field(default_factory=list)  # one per model turn the environment answered
@@ -248,12 +249,13 @@ class EpisodeRunner:
             raise RuntimeError("EpisodeRunner is closed: its environments' event loop has stopped")
         return asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, self.env_timeout_s), self.loop)
 
-    def run(self, requests: Sequence[Request], tasks: dict[str, Task]) -> list[Sample]:
+    def run(self, requests: Sequence[Request], tasks: dict[str, Task], alone: bool = False) -> list[Sample]:
         """One episode per request (its task from `tasks`); the samples come back in request order, each
-        with its reward, its ledger's completion and the trained mask of its tokens."""
+        with its reward, its ledger's completion and the trained mask of its tokens. `alone`: every model
+        turn is the policy's, even with cross-policy sampling (a held-out evaluation judges the policy)."""
         before = self._engine_counters()
         self.peak_cached_tokens = 0
-        episodes = self.start(requests, tasks)
+        episodes = self.start(requests, tasks, alone)
         while any(not ep.done for ep in episodes):
             self.advance()
         self._wait(self._closing, concurrent.futures.ALL_COMPLETED)  # every environment of the batch is
@@ -267,13 +269,16 @@ class EpisodeRunner:
         return samples
 
     # ---- incremental: what `run` is made of, and what an engine worker drives ------------------
-    def start(self, requests: Sequence[Request], tasks: dict[str, Task]) -> list[_Episode]:
-        """Begin one episode per request (reset on the event loop); `advance` moves them on."""
+    def start(
+        self, requests: Sequence[Request], tasks: dict[str, Task], alone: bool = False
+    ) -> list[_Episode]:
+        """Begin one episode per request (reset on the event loop); `advance` moves them on. `alone`: no
+        turn of these episodes goes to the other policy."""
         new = []
         for r in requests:
             if r.id in self._active:
                 raise ValueError(f"episode {r.id!r} is already running")
-            ep = _Episode(r, tasks[task_of(r)], self.make_env())
+            ep = _Episode(r, tasks[task_of(r)], self.make_env(), alone=alone)
             ep.started = self.clock.now()
             self._active[r.id] = ep
             new.append(ep)
@@ -567,7 +572,7 @@ class EpisodeRunner:
 
     def _crosses(self, ep: _Episode) -> bool:
         """Whether the episode's next model turn is the other policy's (seeded: a rerun draws the same)."""
-        if self.other is None or ep.summarising:
+        if self.other is None or ep.summarising or ep.alone:
             return False
         return (
             random.Random(derive_seed(ep.request.params.seed, "cross", ep.ledger.turn)).random()
