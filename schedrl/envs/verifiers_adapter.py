@@ -1,5 +1,7 @@
 """A `verifiers` environment (`vf.load_environment(env_id)`, the Environments Hub's form) as a schedrl
-task and environment (`pip install 'schedrl[verifiers]'`; verifiers' classic API, 0.2 and 0.3).
+task and environment (`pip install 'schedrl[verifiers]'`; verifiers' classic API, 0.2 and 0.3). Where the
+installed verifiers has only the v1 API (0.4), the `verifiers` task reads a v1 taskset instead
+(`schedrl.envs.verifiers_v1`).
 
     task: {name: verifiers, args: {env_id: my-env, env_args: {...}}}      # single turn: its rubric scores
     task: {name: verifiers, args: {env_id: my-env}}, env: verifiers       # multi-turn: its own rollout loop
@@ -33,6 +35,13 @@ from typing import Any
 from schedrl.envs.base import Task, check_count, check_split, split_of, task_id
 from schedrl.envs.chat import check_messages, readable
 from schedrl.envs.environment import Observation, StepResult
+from schedrl.envs.verifiers_v1 import MULTI_TURN, V1Tasks, v1
+
+
+def verifiers_version() -> str:
+    import verifiers as vf  # pyright: ignore[reportMissingImports]  # the verifiers extra
+
+    return str(getattr(vf, "__version__", "?"))
 
 
 def verifiers() -> Any:
@@ -44,9 +53,26 @@ def verifiers() -> Any:
     if not hasattr(vf, "Rubric") or not hasattr(vf, "load_environment"):
         raise ImportError(
             f"verifiers {getattr(vf, '__version__', '?')} has no classic API (vf.load_environment(env_id), "
-            "vf.Rubric): the adapter reads verifiers 0.2 and 0.3; pip install 'schedrl[verifiers]'"
+            "vf.Rubric): the adapter reads verifiers 0.2 and 0.3, and 0.4's v1 tasksets single-turn; "
+            "pip install 'schedrl[verifiers]'"
         )
     return vf
+
+
+def verifiers_tasks(
+    env_id: str, env_args: Mapping[str, Any] | None = None, eval_fraction: float = 0.1
+) -> VerifiersTasks | V1Tasks:
+    """The `verifiers` task: a classic environment (verifiers 0.2, 0.3), or a v1 taskset where the
+    installed verifiers has only the v1 API (0.4; `schedrl.envs.verifiers_v1`)."""
+    if not isinstance(env_id, str) or not env_id:
+        raise ValueError(f"task 'verifiers': env_id must name an environment module, got {env_id!r}")
+    try:
+        import verifiers as vf  # pyright: ignore[reportMissingImports]  # the verifiers extra
+    except ImportError:
+        vf = None
+    if vf is not None and not hasattr(vf, "load_environment") and v1() is not None:
+        return V1Tasks(env_id, env_args, eval_fraction)
+    return VerifiersTasks(env_id, env_args, eval_fraction)
 
 
 def plain(messages: Any) -> list[dict[str, Any]]:
@@ -256,6 +282,8 @@ class VerifiersEnv:
     stop_strings = ("</tool_call>",)
 
     def __init__(self, source: Any) -> None:
+        if isinstance(source, V1Tasks):
+            raise ValueError(MULTI_TURN.format(version=verifiers_version()))
         if not isinstance(source, VerifiersTasks):
             raise ValueError(
                 f"env 'verifiers' runs the 'verifiers' task's environment, got task {source.name!r}"
