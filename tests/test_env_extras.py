@@ -11,7 +11,9 @@ from schedrl.envs import make_env, make_task
 
 @pytest.mark.skipif(importlib.util.find_spec("verifiers") is not None, reason="verifiers is installed")
 def test_a_missing_verifiers_names_its_extra():
-    with pytest.raises(ImportError, match=r"pip install 'schedrl\[verifiers\]'"):
+    with pytest.raises(
+        ImportError, match=r"pip install 'schedrl\[verifiers\]'.* or 'schedrl\[verifiers-v1\]'"
+    ):
         make_task("verifiers", env_id="any-env").sample("train", 1, 0)
 
 

@@ -49,7 +49,10 @@ def verifiers() -> Any:
     try:
         import verifiers as vf  # pyright: ignore[reportMissingImports]  # the verifiers extra
     except ImportError as err:
-        raise ImportError("verifiers environments need verifiers: pip install 'schedrl[verifiers]'") from err
+        raise ImportError(
+            "verifiers environments need verifiers: pip install 'schedrl[verifiers]' (classic environments, "
+            "verifiers 0.3) or 'schedrl[verifiers-v1]' (v1 tasksets, verifiers 0.4)"
+        ) from err
     if not hasattr(vf, "Rubric") or not hasattr(vf, "load_environment"):
         raise ImportError(
             f"verifiers {getattr(vf, '__version__', '?')} has no classic API (vf.load_environment(env_id), "
