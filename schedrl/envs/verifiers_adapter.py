@@ -35,7 +35,7 @@ from typing import Any
 from schedrl.envs.base import Task, check_count, check_split, split_of, task_id
 from schedrl.envs.chat import check_messages, readable
 from schedrl.envs.environment import Observation, StepResult
-from schedrl.envs.verifiers_v1 import MULTI_TURN, V1Tasks, v1
+from schedrl.envs.verifiers_v1 import MULTI_TURN, AsyncScored, V1Tasks, v1
 
 
 def verifiers_version() -> str:
@@ -90,7 +90,7 @@ def plain(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
-class VerifiersTasks:
+class VerifiersTasks(AsyncScored):
     """A verifiers environment's dataset as tasks, scored by its rubric (module doc)."""
 
     name = "verifiers"
@@ -153,12 +153,6 @@ class VerifiersTasks:
         """The rollout input verifiers builds its state from (the dataset row)."""
         return dict(task.metadata["row"])
 
-    def run(self, coro: Any) -> Any:
-        """Run `coro` on this source's own event loop (a scorer's thread has none running)."""
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(coro)
-
     async def score(self, task: Task, completion: str | Sequence[Any]) -> tuple[float, dict[str, float]]:
         vf = verifiers()
         from verifiers.utils.message_utils import normalize_messages  # pyright: ignore[reportMissingImports]
@@ -172,29 +166,6 @@ class VerifiersTasks:
         state["timing"] = None
         await self.env.rubric.score_rollout(state)
         return float(state["reward"] or 0.0), {k: float(v) for k, v in (state.get("metrics") or {}).items()}
-
-    def reward_batch(
-        self, tasks: Sequence[Task], completions: Sequence[str], completion_ids: Sequence[Sequence[int]]
-    ) -> tuple[list[float], dict[str, float], list[str | None]]:
-        async def all_of() -> list[tuple[float, dict[str, float]]]:
-            return list(
-                await asyncio.gather(*(self.score(t, c) for t, c in zip(tasks, completions, strict=True)))
-            )
-
-        scored = self.run(all_of())
-        sums: dict[str, float] = {}
-        for _, metrics in scored:
-            for k, v in metrics.items():
-                sums[k] = sums.get(k, 0.0) + v
-        n = max(1, len(scored))
-        return (
-            [r for r, _ in scored],
-            {f"rewards/{k}/mean": v / n for k, v in sums.items()},
-            [None] * len(scored),
-        )
-
-    def reward(self, task: Task, completion: str) -> float:
-        return self.run(self.score(task, completion))[0]
 
     def solution(self, task: Task) -> str:
         """The answer as the environment's parser writes it (an XMLParser's answer field), else as is."""

@@ -31,6 +31,7 @@ import asyncio
 import importlib
 import itertools
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -54,6 +55,47 @@ def v1() -> Any:
     return vf
 
 
+class AsyncScored(ABC):
+    """What both `verifiers` sources share: `score(task, completion)` is a coroutine giving the reward and
+    named signals; `reward` and `reward_batch` (a batch scored at once, each signal's mean logged as
+    `rewards/<name>/mean`) run it on the source's own event loop."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    @abstractmethod
+    async def score(self, task: Task, completion: Any) -> tuple[float, dict[str, float]]:
+        """The reward of `completion` for `task`, and its named signals (rewards and metrics)."""
+
+    def run(self, coro: Any) -> Any:
+        """Run `coro` on this source's own event loop (a scorer's thread has none running)."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(coro)
+
+    def reward_batch(
+        self, tasks: Sequence[Task], completions: Sequence[str], completion_ids: Sequence[Sequence[int]]
+    ) -> tuple[list[float], dict[str, float], list[str | None]]:
+        async def all_of() -> list[tuple[float, dict[str, float]]]:
+            return list(
+                await asyncio.gather(*(self.score(t, c) for t, c in zip(tasks, completions, strict=True)))
+            )
+
+        scored = self.run(all_of())
+        sums: dict[str, float] = {}
+        for _, signals in scored:
+            for k, v in signals.items():
+                sums[k] = sums.get(k, 0.0) + v
+        n = max(1, len(scored))
+        return (
+            [r for r, _ in scored],
+            {f"rewards/{k}/mean": v / n for k, v in sums.items()},
+            [None] * len(scored),
+        )
+
+    def reward(self, task: Task, completion: str) -> float:
+        return self.run(self.score(task, completion))[0]
+
+
 def load_taskset(env_id: str, args: Mapping[str, Any]) -> Any:
     """The taskset `env_id` names, its config built from `args`: an installed taskset package by
     verifiers' own loader, or a module by its dotted path (which verifiers' loader does not import), whose
@@ -74,7 +116,7 @@ def load_taskset(env_id: str, args: Mapping[str, Any]) -> Any:
     return classes[0](config_type(id=env_id, **args))
 
 
-class V1Tasks:
+class V1Tasks(AsyncScored):
     """A v1 taskset's tasks, scored by each task's own rewards on a one-reply trace (module doc)."""
 
     name = "verifiers"
@@ -171,35 +213,6 @@ class V1Tasks:
         signals = {k: float(v.score) for k, v in trace.rewards.items() if v is not None}
         signals |= {k: float(v) for k, v in trace.metrics.items() if v is not None}
         return float(trace.reward), signals
-
-    def run(self, coro: Any) -> Any:
-        """Run `coro` on this source's own event loop (a scorer's thread has none running)."""
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(coro)
-
-    def reward_batch(
-        self, tasks: Sequence[Task], completions: Sequence[str], completion_ids: Sequence[Sequence[int]]
-    ) -> tuple[list[float], dict[str, float], list[str | None]]:
-        async def all_of() -> list[tuple[float, dict[str, float]]]:
-            return list(
-                await asyncio.gather(*(self.score(t, c) for t, c in zip(tasks, completions, strict=True)))
-            )
-
-        scored = self.run(all_of())
-        sums: dict[str, float] = {}
-        for _, signals in scored:
-            for k, v in signals.items():
-                sums[k] = sums.get(k, 0.0) + v
-        n = max(1, len(scored))
-        return (
-            [r for r, _ in scored],
-            {f"rewards/{k}/mean": v / n for k, v in sums.items()},
-            [None] * len(scored),
-        )
-
-    def reward(self, task: Task, completion: str) -> float:
-        return self.run(self.score(task, completion))[0]
 
     def solution(self, task: Task) -> str:
         return task.answer
