@@ -6,8 +6,8 @@ One process per worker (the trainer, each engine, the learner, the reward worker
 `episodes`, with a track per multi-turn episode: its model turns (`turn`, with their token counts), its
 environment calls (`env`: reset, each step with its tool calls' outcomes), the time an environment's
 answer waited for the runner to take it (`answer-wait`), and inside each turn the engine's phases of its
-request (`queued` for admission, `prefill`, `decode`; `timeline.engine_phases`). Times are microseconds from the run's first
-span. `schedrl report RUN_DIR` writes it beside the report and links it.
+request (`queued` for admission, `prefill`, `decode`; `timeline.engine_phases`). Times are microseconds
+from the run's first span. `schedrl report RUN_DIR` writes it beside the report and links it.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import importlib.metadata
 import json
 import random
 import time
@@ -36,12 +37,6 @@ from schedrl.envs.base import Task, check_count, check_split, split_of, task_id
 from schedrl.envs.chat import check_messages, readable
 from schedrl.envs.environment import Observation, StepResult
 from schedrl.envs.verifiers_v1 import MULTI_TURN, AsyncScored, V1Tasks, v1
-
-
-def verifiers_version() -> str:
-    import verifiers as vf  # pyright: ignore[reportMissingImports]  # the verifiers extra
-
-    return str(getattr(vf, "__version__", "?"))
 
 
 def verifiers() -> Any:
@@ -257,7 +252,7 @@ class VerifiersEnv:
 
     def __init__(self, source: Any) -> None:
         if isinstance(source, V1Tasks):
-            raise ValueError(MULTI_TURN.format(version=verifiers_version()))
+            raise ValueError(MULTI_TURN.format(version=importlib.metadata.version("verifiers")))
         if not isinstance(source, VerifiersTasks):
             raise ValueError(
                 f"env 'verifiers' runs the 'verifiers' task's environment, got task {source.name!r}"

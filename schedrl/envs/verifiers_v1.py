@@ -4,13 +4,13 @@
     task: {name: verifiers, args: {env_id: my_taskset, env_args: {n: 500}}}
 
 verifiers 0.4 replaced the classic API (`load_environment`, rubrics) with tasksets of typed tasks: a
-package whose `__all__` exports a `vf.Taskset` subclass, imported by its id (or a module's dotted path); its `load()` yields tasks
-(`TaskData`: a prompt, a system prompt, the taskset's own fields such as `answer`), and each task's
-`@vf.reward` and `@vf.metric` methods score a trace. `task: verifiers` reads whichever API the installed
-package has (`schedrl.envs.verifiers_adapter.VerifiersTasks`).
+package whose `__all__` exports a `vf.Taskset` subclass, imported by its id (or a module's dotted path);
+its `load()` yields tasks (`TaskData`: a prompt, a system prompt, the taskset's own fields such as
+`answer`), and each task's `@vf.reward` and `@vf.metric` methods score a trace. `task: verifiers` reads
+whichever API the installed package has (`schedrl.envs.verifiers_adapter.verifiers_tasks`).
 
 - **Tasks** are the taskset's tasks (`env_args` are its config's fields), read once; an infinite taskset
-  is read up to `max_tasks`. A task's messages are its system prompt, then its prompt (a string: one user
+  is read up to `MAX_TASKS`. A task's messages are its system prompt, then its prompt (a string: one user
   message); its answer is `data.answer` where the data has one. About 10% are held out, by the hash of
   the prompt (a prompt that repeats is in one split).
 - **Reward**: a trace of the prompt and the completion as the model's one sampled reply, scored by the
@@ -44,6 +44,9 @@ MULTI_TURN = (
     "v1 taskset single-turn (task: verifiers, env: single_turn), or a classic environment with "
     "verifiers<0.4 (pip install 'schedrl[verifiers]')"
 )
+
+
+MAX_TASKS = 100_000  # read of a taskset that never ends
 
 
 def v1() -> Any:
@@ -126,10 +129,8 @@ class V1Tasks(AsyncScored):
         env_id: str,
         env_args: Mapping[str, Any] | None = None,
         eval_fraction: float = 0.1,
-        max_tasks: int = 100_000,
     ) -> None:
-        self.env_id, self.env_args = env_id, dict(env_args or {})
-        self.eval_fraction, self.max_tasks = eval_fraction, max_tasks
+        self.env_id, self.env_args, self.eval_fraction = env_id, dict(env_args or {}), eval_fraction
         self._taskset: Any = None
         self._tasks: dict[str, Any] = {}  # schedrl task id -> the taskset's task
         self._splits: dict[str, list[Task]] = {}
@@ -147,11 +148,14 @@ class V1Tasks(AsyncScored):
                 raise ValueError(f"task 'verifiers': taskset {self.env_id!r}: {err}") from None
         return self._taskset
 
-    def _read(self) -> None:
-        for vtask in itertools.islice(self.taskset, self.max_tasks):
-            task = self._task(vtask)
-            self._tasks[task.id] = vtask
-            self._splits.setdefault(split_of(task.prompt, self.eval_fraction), []).append(task)
+    def _read(self) -> dict[str, Any]:
+        """The taskset's tasks by schedrl task id, read on first use (and the splits with them)."""
+        if not self._tasks:
+            for vtask in itertools.islice(self.taskset, MAX_TASKS):
+                task = self._task(vtask)
+                self._tasks[task.id] = vtask
+                self._splits.setdefault(split_of(task.prompt, self.eval_fraction), []).append(task)
+        return self._tasks
 
     def _task(self, vtask: Any) -> Task:
         data = vtask.data
@@ -174,8 +178,7 @@ class V1Tasks(AsyncScored):
 
     def tasks(self, split: str) -> list[Task]:
         check_split(split)
-        if not self._tasks:
-            self._read()
+        self._read()
         if not self._splits.get(split):
             raise ValueError(f"task 'verifiers': taskset {self.env_id!r} has no {split!r} tasks")
         return self._splits[split]
@@ -191,9 +194,7 @@ class V1Tasks(AsyncScored):
         from verifiers.v1.graph import MessageNode  # pyright: ignore[reportMissingImports]
         from verifiers.v1.state import state_cls  # pyright: ignore[reportMissingImports]
 
-        if not self._tasks:
-            self._read()
-        vtask = self._tasks[task.id]
+        vtask = self._read()[task.id]
         trace = vf.Trace(
             task=vf.TraceTask(type=type(vtask).__name__, data=vtask.data, key=vtask.key, hash=vtask.hash),
             state=state_cls(type(vtask))(),
