@@ -16,6 +16,11 @@ model is evaluated by the same evaluator on the held-out split.
     python bench/vs_trl.py --workloads longtail    # schedrl's best schedule, ~35 min
     python bench/vs_trl.py --workloads addition --seeds 1 --steps 20   # a quick look
     python bench/vs_trl.py --workloads tools --seeds 2 --steps 200      # multi-turn, a slow tool, ~35 min
+    python bench/vs_trl.py --model small --workloads longtail --seeds 1 --steps 200 \
+        --sft-steps 600 --sft-lr 3e-4 --start-cache starts     # the 25M model, ~75 min on 2 cores
+
+`--start-cache DIR` keeps each warm-up (at small, 600 SFT steps take half an hour on 2 cores) and
+starts from it on the next run with the same workload, model, SFT steps, SFT lr and seed.
 
 `tools` is multi-turn RL with a calculator whose answers take time. TRL 1.16's tool path cannot run
 it on this model and tokenizer (`bench/trl_tools.py` probes it on every run and prints TRL's own
@@ -85,14 +90,33 @@ G, PROMPTS, LR, TEMPERATURE = 8, 16, 3e-4, 1.0
 WINDOW = 20
 
 
-def sft_start(workload: dict, seed: int, out: Path, size: str = "tiny") -> Path:
-    """The shared starting point: the tiny model after the same SFT warm-up."""
+def sft_start(
+    workload: dict,
+    seed: int,
+    out: Path,
+    size: str = "tiny",
+    steps: int | None = None,
+    lr: float | None = None,
+) -> Path:
+    """The shared starting point: the built-in model of `size` after the same SFT warm-up of `steps` at
+    learning rate `lr` (the workload's own and SFT's default if not given). A checkpoint already at `out` is that warm-up, kept by an
+    earlier run (`--start-cache`), and is reused as it is."""
     from schedrl.config import SFTConfig
 
+    if (out / "config.json").exists():
+        return out
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, preset(size))
     source = make_task(workload["task"]["name"], **workload["task"]["args"])
-    sft_warmup(model, tokenizer, source, SFTConfig(steps=workload["sft_steps"]), seed)
+    n = workload["sft_steps"] if steps is None else steps
+    t0 = time.perf_counter()
+
+    def progress(step: int, loss: float) -> None:
+        if (step + 1) % 100 == 0:
+            print(f"  sft step {step + 1}/{n} loss {loss:.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+    cfg = SFTConfig(steps=n) if lr is None else SFTConfig(steps=n, lr=lr)
+    sft_warmup(model, tokenizer, source, cfg, seed, on_step=progress)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
@@ -323,6 +347,19 @@ def main() -> None:
         default="tiny",
         help="the built-in model's size: tiny (~0.45M parameters) or small (~25M)",
     )
+    ap.add_argument("--sft-steps", type=int, default=None, help="override every workload's SFT warm-up steps")
+    ap.add_argument(
+        "--sft-lr",
+        type=float,
+        default=None,
+        help="the SFT warm-up's learning rate (default: SFT's own, 1e-3, which is too high for small)",
+    )
+    ap.add_argument(
+        "--start-cache",
+        type=Path,
+        default=None,
+        help="keep each SFT warm-up here (one folder per workload, model, SFT steps and seed) and reuse it",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from transformers.utils import logging as hf_logging
@@ -344,7 +381,13 @@ def main() -> None:
         results[name] = {"trl": [], "schedrl": []}
         for seed in range(args.seeds):
             work = Path(tempfile.mkdtemp(prefix=f"vs_trl_{name}_{seed}_"))
-            start = sft_start(workload, seed, work / "start", args.model)
+            sft_steps = workload["sft_steps"] if args.sft_steps is None else args.sft_steps
+            start_dir = (
+                args.start_cache / f"{name}_{args.model}_sft{sft_steps}_lr{args.sft_lr}_seed{seed}"
+                if args.start_cache
+                else work / "start"
+            )
+            start = sft_start(workload, seed, start_dir, args.model, sft_steps, args.sft_lr)
             order = ("trl", "schedrl") if seed % 2 == 0 else ("schedrl", "trl")  # alternate who runs first
             for system in order:
                 if system == "trl":
@@ -367,6 +410,10 @@ def main() -> None:
         ]
         ratio_time = time_ratios(per["trl"], per["schedrl"], target)
         report[name] = {
+            "model": args.model,
+            "sft_steps": sft_steps,
+            "sft_lr": args.sft_lr,
+            "steps": steps,
             "schedrl_overrides": overrides,
             "target_reward": round(target, 3),
             # per seed: wall-clock to the target, and to the end of the first step (start-up included)

@@ -27,3 +27,22 @@ def test_time_ratios_leave_out_seeds_where_neither_system_reaches_the_target():
     # seed 0: 2x sooner; seed 1: neither reaches 0.5 (left out); seed 2: only TRL does (ratio 0)
     assert vs_trl.time_ratios(trl, schedrl, 0.5) == [2.0, 0.0]
     assert vs_trl.time_ratios(schedrl, trl, 0.5) == [0.5, math.inf]
+
+
+def test_a_kept_warm_up_is_reused_and_the_lr_reaches_sft(tmp_path, monkeypatch):
+    seen = []
+    real = vs_trl.sft_warmup
+    monkeypatch.setattr(
+        vs_trl,
+        "sft_warmup",
+        lambda m, t, s, cfg, seed, on_step: seen.append(cfg) or real(m, t, s, cfg, seed, on_step),
+    )
+    workload = {"task": {"name": "addition", "args": {}}, "sft_steps": 2}
+    out = vs_trl.sft_start(workload, 0, tmp_path / "start", "tiny", steps=1, lr=5e-4)
+    assert [(c.steps, c.lr) for c in seen] == [(1, 5e-4)]
+    assert (out / "config.json").exists()
+    # kept: the second call trains nothing, even for a workload it could not build
+    assert vs_trl.sft_start({"task": {"name": "nope", "args": {}}, "sft_steps": 9}, 0, out) == out
+    assert len(seen) == 1
+    vs_trl.sft_start(workload, 0, tmp_path / "other", "tiny")
+    assert [(c.steps, c.lr) for c in seen[1:]] == [(2, 1e-3)]  # the workload's steps, SFT's default lr
