@@ -89,7 +89,7 @@ class _Episode:
     spent_tokens: int = 0
     folds: int = 0
     summarising: bool = False
-    held: tuple[list[int], str, float] | None = None  # ids, source, priority
+    held: tuple[list[int], str] | None = None  # an answer waiting for its fold: ids, source
     # sub-agents: the contexts waiting for the one opened last to return, with their prompts
     parents: list[tuple[TokenLedger, list[int]]] = field(default_factory=list)
     # cross-policy sampling: whether its turn in flight is the other policy's, and that policy's share
@@ -528,7 +528,7 @@ class EpisodeRunner:
             ids = clip_tokens(self.tokenizer, out.observation.text, self.max_obs)
             ep.text += self.tokenizer.decode(ids, skip_special_tokens=True)
             if self._folds_before(ep, ids):  # the answer waits for the summary, then opens a segment
-                ep.held = (ids, out.observation.source, 0.0)
+                ep.held = (ids, out.observation.source)
                 self._summarise(ep)
                 return
             ep.ledger.append_tokens(ids, out.observation.source)
@@ -617,7 +617,7 @@ class EpisodeRunner:
         ep.folds += 1
         self.folds += 1
         self._forget_parked(ep)  # the next context does not extend this one
-        ids, source, priority = ep.held
+        ids, source = ep.held
         ep.held = None
         ledger = TokenLedger(turn=ep.ledger.turn + 1)
         ledger.append_tokens(ep.prompt_ids, "prompt")
@@ -626,7 +626,7 @@ class EpisodeRunner:
         ledger.append_tokens(summary.token_ids, "summary")
         ledger.append_tokens(ids, source)  # type: ignore[arg-type]
         ep.ledger = ledger
-        self._next_turn(ep, priority)
+        self._next_turn(ep)
 
     def _segment(self, ep: _Episode, ledger: TokenLedger) -> Sample:
         """A context of the episode as a segment: a sequence of its own, rewarded with the episode."""
