@@ -17,7 +17,7 @@ model is evaluated by the same evaluator on the held-out split.
     python bench/vs_trl.py --workloads addition --seeds 1 --steps 20   # a quick look
     python bench/vs_trl.py --workloads tools --seeds 2 --steps 200      # multi-turn, a slow tool, ~35 min
     python bench/vs_trl.py --model small --workloads longtail --seeds 1 --steps 200 \
-        --sft-steps 600 --sft-lr 3e-4 --start-cache starts     # the 25M model, ~75 min on 2 cores
+        --sft-steps 600 --sft-lr 3e-4 --start-cache starts     # the 25M model, ~90 min on 2 cores
 
 `--start-cache DIR` keeps each warm-up (at small, 600 SFT steps take half an hour on 2 cores) and
 starts from it on the next run with the same workload, model, SFT steps, SFT lr and seed.
@@ -98,9 +98,10 @@ def sft_start(
     steps: int | None = None,
     lr: float | None = None,
 ) -> Path:
-    """The shared starting point: the built-in model of `size` after the same SFT warm-up of `steps` at
-    learning rate `lr` (the workload's own and SFT's default if not given). A checkpoint already at `out` is that warm-up, kept by an
-    earlier run (`--start-cache`), and is reused as it is."""
+    """The shared starting point: the built-in model of `size` after the same SFT warm-up of `steps`
+    at learning rate `lr` (the workload's own and SFT's default if not given). A checkpoint already
+    at `out` is that warm-up, kept by an earlier run (`--start-cache`), and is reused as it is; it is
+    written beside `out` and renamed into place, so a run killed while saving leaves none."""
     from schedrl.config import SFTConfig
 
     if (out / "config.json").exists():
@@ -117,8 +118,11 @@ def sft_start(
 
     cfg = SFTConfig(steps=n) if lr is None else SFTConfig(steps=n, lr=lr)
     sft_warmup(model, tokenizer, source, cfg, seed, on_step=progress)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    partial.rename(out)
     return out
 
 
@@ -358,7 +362,7 @@ def main() -> None:
         "--start-cache",
         type=Path,
         default=None,
-        help="keep each SFT warm-up here (one folder per workload, model, SFT steps and seed) and reuse it",
+        help="keep each SFT warm-up here (a folder per workload, model, SFT steps, SFT lr, seed) and reuse it",
     )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

@@ -40,7 +40,7 @@ def test_a_kept_warm_up_is_reused_and_the_lr_reaches_sft(tmp_path, monkeypatch):
     workload = {"task": {"name": "addition", "args": {}}, "sft_steps": 2}
     out = vs_trl.sft_start(workload, 0, tmp_path / "start", "tiny", steps=1, lr=5e-4)
     assert [(c.steps, c.lr) for c in seen] == [(1, 5e-4)]
-    assert (out / "config.json").exists()
+    assert (out / "config.json").exists() and not (tmp_path / "start.partial").exists()
     # kept: the second call trains nothing, even for a workload it could not build
     assert vs_trl.sft_start({"task": {"name": "nope", "args": {}}, "sft_steps": 9}, 0, out) == out
     assert len(seen) == 1
