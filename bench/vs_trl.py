@@ -36,7 +36,10 @@ Time to target: the target reward of a workload is 0.9 x the lower of the two sy
 reward (mean of the last 20 steps, median over seeds), so both reach it in a typical seed; the
 time is the wall-clock, from the call that builds the system, until the 20-step moving average
 (over a full window, so from step 20 on) first reaches it. A seed where neither system reaches
-it is left out of the time ratio. The last line printed is one JSON object.
+it is left out of the time ratio. The start's reward is the mean first-step reward of both systems
+(the batch each samples before its first update); a target at or below it measures no learning,
+and then no time ratio is given (`target_above_start` is false). The last line printed is one JSON
+object.
 """
 
 from __future__ import annotations
@@ -285,11 +288,26 @@ def time_to(summary: dict, target: float) -> float:
     return float("inf")
 
 
+def start_reward(per_system: dict[str, list[dict]]) -> float:
+    """The start's reward: the mean over every system and seed of the first step's reward, the one
+    batch each system samples from the shared start before any update."""
+    return statistics.mean(s["curve"][0] for runs in per_system.values() for s in runs)
+
+
 def time_ratios(trl: list[dict], schedrl: list[dict], target: float) -> list[float]:
     """TRL's time to `target` over schedrl's, per seed; a seed where neither reaches it says nothing
     about the ratio and is left out (one that only schedrl reaches gives inf, only TRL 0)."""
     pairs = [(time_to(a, target), time_to(b, target)) for a, b in zip(trl, schedrl, strict=True)]
     return [a / b for a, b in pairs if min(a, b) < float("inf")]
+
+
+def learning_time_ratios(per_system: dict[str, list[dict]], target: float) -> list[float]:
+    """`time_ratios` of TRL over schedrl, or none when `target` is not above the start's reward: the
+    start already scores such a target, so both reach it at their first full window, learning or not,
+    and the ratio would be the time to WINDOW steps."""
+    if target <= start_reward(per_system):
+        return []
+    return time_ratios(per_system["trl"], per_system["schedrl"], target)
 
 
 def plot(results: dict, path: Path) -> None:
@@ -351,6 +369,12 @@ def main() -> None:
         default="tiny",
         help="the built-in model's size: tiny (~0.45M parameters) or small (~25M)",
     )
+    ap.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="the RL learning rate of both systems (default: the workload's)",
+    )
     ap.add_argument("--sft-steps", type=int, default=None, help="override every workload's SFT warm-up steps")
     ap.add_argument(
         "--sft-lr",
@@ -379,7 +403,7 @@ def main() -> None:
             report[name] = trl_tools.compare(args.seeds, args.steps or 200, plot_path)
             print(json.dumps({name: report[name]}), flush=True)
             continue
-        workload = WORKLOADS[name]
+        workload = WORKLOADS[name] if args.lr is None else {**WORKLOADS[name], "lr": args.lr}
         steps = args.steps or workload["steps"]
         overrides = ([] if args.sync else workload["schedule"]) + args.schedrl_set
         results[name] = {"trl": [], "schedrl": []}
@@ -412,14 +436,18 @@ def main() -> None:
         ratio_speed = [
             b["steps_per_s"] / a["steps_per_s"] for a, b in zip(per["trl"], per["schedrl"], strict=True)
         ]
-        ratio_time = time_ratios(per["trl"], per["schedrl"], target)
+        start_score = start_reward(per)
+        ratio_time = learning_time_ratios(per, target)
         report[name] = {
             "model": args.model,
             "sft_steps": sft_steps,
             "sft_lr": args.sft_lr,
             "steps": steps,
+            "lr": workload.get("lr", LR),
             "schedrl_overrides": overrides,
             "target_reward": round(target, 3),
+            "start_reward": round(start_score, 3),
+            "target_above_start": target > start_score,
             # per seed: wall-clock to the target, and to the end of the first step (start-up included)
             **{f"{sys_}_time_to_target_s": [round(time_to(s, target), 1) for s in per[sys_]] for sys_ in per},
             **{f"{sys_}_first_step_s": [round(s["elapsed"][0], 1) for s in per[sys_]] for sys_ in per},

@@ -46,3 +46,18 @@ def test_a_kept_warm_up_is_reused_and_the_lr_reaches_sft(tmp_path, monkeypatch):
     assert len(seen) == 1
     vs_trl.sft_start(workload, 0, tmp_path / "other", "tiny")
     assert [(c.steps, c.lr) for c in seen[1:]] == [(2, 1e-3)]  # the workload's steps, SFT's default lr
+
+
+def test_no_time_ratio_for_a_target_the_start_already_scores():
+    # both start at 0.3 (their first step); TRL rises to 0.6, schedrl falls to 0.2 and then reaches 0.4
+    trl = run([0.3] + [0.6] * 59, 2.0)
+    schedrl = run([0.3] + [0.2] * 29 + [0.4] * 30, 1.0)
+    per = {"trl": [trl], "schedrl": [schedrl]}
+    assert vs_trl.start_reward(per) == 0.3
+    # above the start: TRL's first full window (step 20, 40 s); schedrl's window at step n >= 30 averages
+    # 0.2 + 0.01 (n - 30), which first reaches 0.355 at step 46
+    assert vs_trl.learning_time_ratios(per, 0.355) == [40.0 / 46.0]
+    # 0.255, below the start: the times exist (schedrl at step 36) but measure no learning
+    assert vs_trl.time_ratios([trl], [schedrl], 0.255) == [40.0 / 36.0]
+    assert vs_trl.learning_time_ratios(per, 0.255) == []
+    assert vs_trl.learning_time_ratios(per, 0.3) == []  # at the start's reward exactly: none either
