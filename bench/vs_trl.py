@@ -340,6 +340,12 @@ def plot(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def default_plot(model: str) -> str:
+    """Where the plots go unless `--plot` says: the tiny model's under the docs' figure names, another
+    size's under its own, so a run at small leaves the tiny runs' figures alone."""
+    return "docs/vs_trl_{workload}.png" if model == "tiny" else f"docs/vs_trl_{model}_{{workload}}.png"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=[*WORKLOADS, "tools"])
@@ -348,8 +354,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
         "--plot",
-        default="docs/vs_trl_{workload}.png",
-        help="PNG path; with {workload}, one plot per workload, else one plot of all",
+        default=None,
+        help="PNG path; with {workload}, one plot per workload, else one plot of all "
+        "(default: docs/vs_trl_{workload}.png, docs/vs_trl_small_{workload}.png at small)",
     )
     ap.add_argument(
         "--trl-gradient-checkpointing",
@@ -390,6 +397,7 @@ def main() -> None:
         help="keep each SFT warm-up here (a folder per workload, model, SFT steps, SFT lr, seed) and reuse it",
     )
     args = ap.parse_args()
+    args.plot = args.plot or default_plot(args.model)
     torch.set_num_threads(args.threads)
     from transformers.utils import logging as hf_logging
 

@@ -61,3 +61,8 @@ def test_no_time_ratio_for_a_target_the_start_already_scores():
     assert vs_trl.time_ratios([trl], [schedrl], 0.255) == [40.0 / 36.0]
     assert vs_trl.learning_time_ratios(per, 0.255) == []
     assert vs_trl.learning_time_ratios(per, 0.3) == []  # at the start's reward exactly: none either
+
+
+def test_a_run_at_small_plots_under_its_own_name():
+    assert vs_trl.default_plot("tiny").format(workload="longtail") == "docs/vs_trl_longtail.png"
+    assert vs_trl.default_plot("small").format(workload="longtail") == "docs/vs_trl_small_longtail.png"
