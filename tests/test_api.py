@@ -37,6 +37,7 @@ def test_keyword_overrides_fields_sections_and_dotted_names():
         merge_overrides({"steps": 3}, {"steps__x": 1})
 
 
+@pytest.mark.train
 def test_a_run_started_from_python_resumes_from_the_command_line_exactly(tmp_path):
     full = schedrl.train(DEMO, out_dir=str(tmp_path), name="full", **SHORT)
     assert isinstance(full, schedrl.Result) and full.run_dir == tmp_path / "full"
@@ -74,6 +75,7 @@ def _rows(n: int) -> list[dict]:
     ]
 
 
+@pytest.mark.train
 def test_trainer_takes_objects_and_records_what_resume_needs(tmp_path, capsys):
     tokenizer = build_char_tokenizer()
     trainer = schedrl.Trainer(
@@ -145,6 +147,7 @@ def test_a_run_that_fails_validation_leaves_no_run_directory(tmp_path, capsys):
     assert not (tmp_path / "py").exists()
 
 
+@pytest.mark.train
 def test_the_api_is_quiet_unless_verbose_and_the_demo_does_not_warn_about_its_start(tmp_path, capfd, caplog):
     from transformers.utils import logging as hf_logging
 

@@ -9,6 +9,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import chaos  # noqa: E402
+import pytest  # noqa: E402
+
+pytestmark = [
+    pytest.mark.subprocess,
+    pytest.mark.train("real runs SIGKILLed twice each and resumed, checked against uninterrupted runs"),
+]
 
 
 def test_sync_kills_resume_to_identical_metrics(tmp_path):

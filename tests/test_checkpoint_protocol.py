@@ -49,6 +49,7 @@ def _loadable(path: Path) -> dict:
     return {"step": state["step"], "trainer": trainer}
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("point", POINTS)
 def test_a_kill_at_each_step_of_the_protocol_leaves_latest_complete(tmp_path, point):
     ckpt = tmp_path / "checkpoints"

@@ -204,6 +204,8 @@ def test_bad_classic_recipes_name_the_field_and_leave_no_run_directory(tmp_path)
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.subprocess
+@pytest.mark.train
 def test_cartpole_is_solved_from_the_command_line(tmp_path):
     cmd = [
         sys.executable,

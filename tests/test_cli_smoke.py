@@ -1,8 +1,11 @@
-"""Every documented mode and every recipe in examples/, through the real `schedrl` entry point.
+"""Every documented mode and every recipe in examples/, through the `schedrl` command.
 
-Each case runs `python -m schedrl.cli train` in a subprocess for a few steps of a tiny run and
-checks the exit code, the last line of JSON and the run directory: what a new user who copies a
-command from the README gets.
+Each case trains a few steps of a tiny run through the command's own entry point and checks the exit
+code, the last line of JSON and the run directory: what a new user who copies a command from the README
+gets. Most run `schedrl.cli.main` in this process (the same parsing, validation, run and summary, without
+a new interpreter importing torch each time); the paths that only a process of its own exercises run as
+`python -m schedrl.cli`: the demo recipe, a Ray cluster the command starts and stops itself, a run killed
+with SIGKILL and resumed, and `make-tiny` then `eval`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from schedrl import cli
 from schedrl.data import SCHEDULERS
 from schedrl.orchestrate.step_metrics import STEP_KEYS
 from schedrl.training.checkpoint import latest_checkpoint
@@ -41,31 +45,16 @@ TOOLS = [
     "task.env_args={tools: ['schedrl.envs.calc:calc']}",
     "sampling.max_new_tokens=16",
 ]
+# Modes that no recipe holds. A mode a recipe shows runs as that recipe below (with the same checks):
+# sync (demo), async threads (async_threads), Ray (async_ray), auto staleness (async_auto_staleness),
+# partial + cut_resume + overprovision (partial_rollouts), speculative (speculative), LPT with sibling
+# probes (lpt_sibling), PPO with a value head (ppo_value_head), pinned tool waits on threads
+# (calc_tools_async), coba on the tiered mix (data_scheduler_tiered), self-play (search_selfplay).
 MODES = {
-    "sync": [],
-    "async_threads": [*ASYNC, "schedule.max_staleness=2"],
     "async_local_k0": ["pipeline.mode=async", "pipeline.backend=local"],
-    "async_ray": [
-        "pipeline.mode=async",
-        "pipeline.backend=ray",
-        "schedule.max_staleness=1",
-        "algo.correction=decoupled",
-    ],
-    "auto_staleness": [*ASYNC, "schedule.max_staleness=auto"],
     "inflight": [*ASYNC, "schedule.max_staleness=1", "schedule.weight_sync=inflight"],
-    "partial": [
-        *ASYNC,
-        "schedule.max_staleness=1",
-        "schedule.consumption=partial",
-        "schedule.weight_sync=cut_resume",
-        "schedule.consumption_args={overprovision: 1.5}",
-    ],
-    "speculative": ["schedule.rollout=speculative", "schedule.data=paced"],
     "pruning": ["schedule.rollout=pruning", "schedule.rollout_args={keep: 2}"],
-    "lpt_sibling": ["schedule.admission=lpt", "schedule.admission_args={predictor: sibling}"],
-    "ppo": ["algo.loss=ppo", "algo.advantage=reward"],
-    # multi-turn episodes with a tool in the asynchronous pipeline, on threads (pinned waits) and on Ray
-    "tools_async_threads_pin": [*TOOLS, *ASYNC, "schedule.max_staleness=1", "schedule.tool_wait=pin"],
+    # multi-turn episodes with a tool in the asynchronous pipeline on Ray (the session's cluster)
     "tools_async_ray": [*TOOLS, "pipeline.mode=async", "pipeline.backend=ray", "algo.correction=decoupled"],
     # the data schedulers on the tiered mix, whose domains they choose between
     **{
@@ -76,18 +65,14 @@ MODES = {
             "sampling.max_new_tokens=6",
         ]
         for name in sorted(SCHEDULERS)
-        if name != "self_play"
+        if name not in ("self_play", "coba")
     },
-    # self-play needs a task with proposer and solver roles: search with its BM25 tool
-    "data_self_play": [
-        "schedule.data=self_play",
-        "task.name=search_qa",
-        "task.args={}",
-        "task.env=tools",
-        "task.env_args={tools: ['schedrl.envs.search_qa:search']}",
-        "sampling.max_new_tokens=16",
-    ],
 }
+# Recipes run as `python -m schedrl.cli` in a process of their own: the README's first command, and the
+# one whose command starts (and must stop) a local Ray cluster.
+OWN_PROCESS = {"demo", "async_ray"}
+SANDBOXED = {"code_tests", "text_to_sql", "swe_repair"}  # their rewards run in the sandbox
+ON_RAY = {"async_ray"}
 
 
 def _env() -> dict[str, str]:
@@ -107,6 +92,14 @@ def _finish(proc: subprocess.Popen, timeout: float = 240) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def _main(capsys, *args: str) -> dict:
+    """`schedrl train ARGS` in this process: its exit code 0 and its last line of JSON."""
+    code = cli.main(["train", *args])
+    out = capsys.readouterr().out
+    assert code == 0, f"exit {code}\n{out[-4000:]}"
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def _step_rows(run_dir: str | Path) -> list[dict]:
     return [r for r in read_metrics(Path(run_dir) / "metrics.jsonl") if "reward_mean" in r]
 
@@ -115,23 +108,51 @@ def _overrides(pairs: list[str]) -> list[str]:
     return [a for kv in pairs for a in ("--set", kv)]
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-def test_documented_mode_trains_from_the_command_line(tmp_path, mode):
-    recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(json.dumps({**SMALL, "out_dir": str(tmp_path), "name": "run"}))  # JSON is YAML
-    summary = _finish(_train(tmp_path, str(recipe), *TINY, *_overrides(MODES[mode])))
+def _check_run(summary: dict, steps: int, mode: str) -> None:
+    """What the progress bar, the report and the benchmarks read, in every mode and recipe."""
     rows = _step_rows(summary["run_dir"])
-    assert [r["step"] for r in rows] == [1, 2, 3]
-    for row in rows:  # what the progress bar, the report and the benchmarks read, in every mode
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    for row in rows:
         assert set(STEP_KEYS) <= set(row), sorted(set(STEP_KEYS) - set(row))
-    assert summary["mode"] == ("async" if "pipeline.mode=async" in MODES[mode] else "sync")
+    assert summary["mode"] == mode
     assert "greedy_acc" in summary["eval_after"]
     assert (Path(summary["run_dir"]) / "reward.png").stat().st_size > 0
 
 
-@pytest.mark.parametrize("recipe", EXAMPLES, ids=[p.stem for p in EXAMPLES])
-def test_every_recipe_runs_as_shipped(tmp_path, recipe):
-    if recipe.stem in ("code_tests", "text_to_sql", "swe_repair") and os.geteuid() != 0:
+def _on_ray(mode: str) -> bool:
+    return "pipeline.backend=ray" in MODES[mode]
+
+
+@pytest.mark.train("three steps of a tiny run in each documented mode")
+@pytest.mark.parametrize(
+    "mode", [pytest.param(m, marks=[pytest.mark.ray] if _on_ray(m) else []) for m in MODES]
+)
+def test_documented_mode_trains_from_the_command_line(request, tmp_path, capsys, mode):
+    if _on_ray(mode):
+        request.getfixturevalue("ray_cluster")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(json.dumps({**SMALL, "out_dir": str(tmp_path), "name": "run"}))  # JSON is YAML
+    summary = _main(capsys, str(recipe), *TINY, *_overrides(MODES[mode]))
+    _check_run(summary, 3, "async" if "pipeline.mode=async" in MODES[mode] else "sync")
+
+
+def _recipe_marks(stem: str) -> list:
+    marks = []
+    if stem in OWN_PROCESS:
+        marks.append(pytest.mark.subprocess)
+    if stem in SANDBOXED:
+        marks.append(pytest.mark.sandbox)
+    if stem in ON_RAY:
+        marks.append(pytest.mark.ray)
+    return marks
+
+
+@pytest.mark.train("two steps (two updates for a classic recipe) of each recipe as shipped")
+@pytest.mark.parametrize(
+    "recipe", [pytest.param(p, marks=_recipe_marks(p.stem), id=p.stem) for p in EXAMPLES]
+)
+def test_every_recipe_runs_as_shipped(tmp_path, capsys, recipe):
+    if recipe.stem in SANDBOXED and os.geteuid() != 0:
         pytest.skip("its rewards run in the sandbox, which needs root")
     data = yaml.safe_load(recipe.read_text())
     if "env" in data:  # a classic PPO recipe: two updates
@@ -141,7 +162,7 @@ def test_every_recipe_runs_as_shipped(tmp_path, recipe):
         short = [f"total_steps={steps}", "save_every=0", f"out_dir={tmp_path}", "name=run", "eval.episodes=2"]
         if data.get("pretrain", {}).get("teacher"):  # behaviour cloning first: a short one
             short += ["pretrain.decisions=128", "pretrain.epochs=1"]
-        summary = _finish(_train(ROOT, str(recipe), *_overrides(short)))
+        summary = _main(capsys, str(recipe), *_overrides(short))
         rows = read_metrics(Path(summary["run_dir"]) / "metrics.jsonl")
         assert [r["step"] for r in rows if "env_steps" in r] == [1, 2]
         if data.get("pretrain", {}).get("teacher"):
@@ -159,14 +180,21 @@ def test_every_recipe_runs_as_shipped(tmp_path, recipe):
 
         url, server = serve_in_thread()
         short += [f"task.args.url={url}", "sft.steps=0"]
+    if recipe.stem in ON_RAY:  # the command starts a cluster of its own: none may be up in this process
+        ray = pytest.importorskip("ray")
+        if ray.is_initialized():
+            ray.shutdown()
+    args = [str(recipe), *TINY, *_overrides(short)]
     try:
-        summary = _finish(_train(ROOT, str(recipe), *TINY, *_overrides(short)))
+        summary = _finish(_train(ROOT, *args)) if recipe.stem in OWN_PROCESS else _main(capsys, *args)
     finally:
         if server is not None:
             server.should_exit = True
-    assert [r["step"] for r in _step_rows(summary["run_dir"])] == [1, 2]
+    _check_run(summary, 2, data.get("pipeline", {}).get("mode", "sync"))
 
 
+@pytest.mark.subprocess
+@pytest.mark.train("eight steps, killed with SIGKILL after a checkpoint, then resumed")
 @pytest.mark.parametrize("tools", [False, True], ids=["single_turn", "multi_turn_tools"])
 def test_async_run_resumes_after_sigkill_without_losing_or_repeating_a_sample(tmp_path, tools):
     recipe = tmp_path / "recipe.yaml"
@@ -211,6 +239,7 @@ def test_async_run_resumes_after_sigkill_without_losing_or_repeating_a_sample(tm
     assert len(consumed) == 8 * SMALL["sampling"]["prompts_per_step"]
 
 
+@pytest.mark.subprocess
 def test_eval_of_a_tools_recipe_runs_its_episodes(tmp_path):
     subprocess.run(
         [sys.executable, "-m", "schedrl.cli", "make-tiny", str(tmp_path / "tiny")],

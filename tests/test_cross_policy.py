@@ -132,6 +132,7 @@ def test_bad_cross_policy_settings_are_named(tmp_path):
         other_policy_engine(cfg, str(tmp_path / "none"), None)
 
 
+@pytest.mark.train
 def test_a_run_samples_across_policies(tmp_path, tokenizer, other_model):
     import schedrl
     from schedrl.training.run_dir import read_metrics

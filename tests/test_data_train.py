@@ -3,6 +3,8 @@
 import json
 import shutil
 
+import pytest
+
 from schedrl.config import config_from_dict
 from schedrl.orchestrate.run import train
 from schedrl.orchestrate.step_metrics import TIMING_KEYS
@@ -28,6 +30,7 @@ def rows(run_root):
     return [{k: v for k, v in r.items() if k not in TIMING} for r in read_metrics(run_root / "metrics.jsonl")]
 
 
+@pytest.mark.train
 def test_sync_trainer_with_difficulty_profile_resumes_exactly(tmp_path):
     cfg = config_from_dict({**CFG, "out_dir": str(tmp_path)})
     train(cfg, RunDir.create(tmp_path, "full"))

@@ -106,6 +106,7 @@ def test_the_loss_and_its_gradient_equal_trls_dpo_trainer(loss_type):
     assert float(ours) > 0 and ours_grad.abs().sum() > 0
 
 
+@pytest.mark.train
 def test_a_policy_learns_the_preference_and_resumes_exactly(tmp_path):
     from schedrl.models import build_char_tokenizer, build_tiny_model
 

@@ -147,6 +147,7 @@ def test_calc_tool_trace_is_scored_on_its_final_answer():
     assert source.reward(task, source.solution(task)) == 1.0 and env.stop_strings == (">>",)
 
 
+@pytest.mark.train
 @pytest.mark.parametrize("tool_wait", ["release", "pin"])
 def test_synchronous_training_with_a_calculator_tool(tmp_path, tool_wait):
     cfg = config_from_dict(
@@ -244,6 +245,7 @@ class BlocksTheLoop(OneCall):
     observation_delay = 6.0
 
 
+@pytest.mark.train
 @pytest.mark.filterwarnings("ignore:coroutine .* was never awaited")  # the other episode's step never ran
 def test_an_environment_that_blocks_the_event_loop_is_named_with_its_stack(model, tokenizer):
     """`asyncio.wait_for` cannot fire on a blocked loop: without the loop's heartbeat this run would wait

@@ -152,6 +152,7 @@ CALC = {
 }
 
 
+@pytest.mark.train
 @pytest.mark.parametrize(
     "pipeline",
     [

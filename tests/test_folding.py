@@ -206,6 +206,7 @@ def test_bad_fold_settings_are_named():
         make_env("recall", RecallTask(), round_reward=1.0)
 
 
+@pytest.mark.train
 def test_a_folded_run_trains_its_segments(tmp_path):
     import schedrl
     from schedrl.training.run_dir import read_metrics

@@ -101,6 +101,7 @@ RECIPE = {
 }
 
 
+@pytest.mark.train
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_samples_are_scored_only_once_their_question_resolves(tmp_path, mode):
     spy, rows = Spy(), []

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -24,6 +26,8 @@ def dry_run(tmp_path, *flags: str) -> None:
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
 
 
+@pytest.mark.subprocess
+@pytest.mark.train("bench/gpu_check.sh dry on the CPU: every check it runs on a GPU, on the tiny model")
 def test_the_gpu_checks_run_dry_on_cpu(tmp_path):
     dry_run(tmp_path)
     assert "cuda False" in (tmp_path / "device.txt").read_text()
@@ -37,6 +41,8 @@ def test_the_gpu_checks_run_dry_on_cpu(tmp_path):
     assert (tmp_path / "train.txt").read_text().strip()
 
 
+@pytest.mark.subprocess
+@pytest.mark.train
 def test_the_learner_check_runs_dry_on_cpu(tmp_path):
     dry_run(tmp_path, "--learner")
     result = last_json((tmp_path / "learner.txt").read_text())

@@ -104,6 +104,7 @@ def test_bad_environments_are_named():
         GymEnv(make_task("sort"))
 
 
+@pytest.mark.train
 def test_a_run_trains_on_a_gymnasium_environment(tmp_path):
     import schedrl
     from schedrl.training.run_dir import read_metrics

@@ -75,6 +75,7 @@ def judge_dir(tmp_path_factory):
     return path
 
 
+@pytest.mark.train
 def test_verdicts_equal_transformers_greedy_generate(judge_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -152,6 +153,7 @@ def test_bad_judge_settings_are_named(judge_dir, tmp_path):
         Judge(tmp_path / "nothing", TEMPLATE)
 
 
+@pytest.mark.train
 def test_a_run_is_rewarded_by_a_judge(tmp_path, judge_dir):
     """`task.reward_model: {judge: DIR, ...}`: the reward is the judge's verdict alone, its parse failures
     logged; held-out evaluation still judges by the task's rule."""
@@ -223,6 +225,7 @@ def test_the_policy_judges_only_on_its_own_engine(tmp_path):
         Judge("policy", TEMPLATE)(["p"], ["12"], answer=["12"])
 
 
+@pytest.mark.train
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_run_is_rewarded_by_its_own_policy(tmp_path, mode):
     """Self-rewarding: `judge: policy` trains on the policy's verdicts, judged on the synchronous loop's

@@ -233,6 +233,7 @@ def test_the_committed_policy_schedules_held_out_workloads_as_well_as_lpt():
     assert np.mean(fcfs) / np.mean(learned) > 1.1
 
 
+@pytest.mark.train
 def test_a_run_with_pretrain_clones_once_then_trains_and_resumes_exactly(tmp_path):
     import schedrl
 

@@ -29,6 +29,7 @@ def _one_thread():
     yield from one_thread()
 
 
+@pytest.mark.train
 def test_ppo_config_trains_checkpoints_and_resumes_the_value_head(tmp_path, monkeypatch):
     # a dense reward, so an untrained model already gets varied rewards for the critic to fit
     (tmp_path / "len_reward.py").write_text("def length(task, completion):\n    return len(completion) / 4\n")

@@ -116,6 +116,8 @@ def on_ranks(kind: str, case: str, weights: dict, world: int = 2):
     return result
 
 
+@pytest.mark.subprocess
+@pytest.mark.train
 @pytest.mark.parametrize(
     "kind,case",
     [
@@ -186,6 +188,8 @@ def test_bad_learner_layouts_are_refused_naming_the_field(learner, pipeline, mes
         resolve_config({"learner": learner, "pipeline": pipeline})
 
 
+@pytest.mark.subprocess
+@pytest.mark.train
 def test_bfloat16_compute_keeps_float32_parameters_and_optimizer_state(default_model):
     """`learner.compute_dtype: bfloat16`: one process runs its forward and backward under autocast, two FSDP2
     ranks under FSDP2's mixed precision (parameters gathered in bfloat16, gradients reduced in float32);

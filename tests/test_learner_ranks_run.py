@@ -12,6 +12,8 @@ from safetensors.torch import load_file
 import schedrl
 from schedrl.training.run_dir import read_metrics
 
+pytestmark = [pytest.mark.subprocess, pytest.mark.train]
+
 BASE = {
     "steps": 4,
     "save_every": 2,

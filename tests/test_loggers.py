@@ -64,6 +64,7 @@ def _wandb_records(path):
             break
 
 
+@pytest.mark.subprocess
 def test_wandb_offline_run_holds_the_logged_values(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_SILENT", "true")

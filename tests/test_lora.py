@@ -108,6 +108,7 @@ BASE = {
 }
 
 
+@pytest.mark.train
 def test_a_lora_run_checkpoints_the_adapters_and_resumes_exactly(tmp_path):
     import shutil
 

@@ -67,6 +67,7 @@ def test_hostile_answers_score_zero_within_the_limit(checker, answer):
     assert time.perf_counter() - start < checker.timeout_s + 2.0
 
 
+@pytest.mark.subprocess
 def test_a_check_past_its_limit_is_cut_and_the_next_one_works(checker, monkeypatch):
     slow = MathChecker(timeout_s=1.0)
     try:

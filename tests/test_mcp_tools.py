@@ -21,6 +21,7 @@ from schedrl.envs.tools.parsers import ToolCall  # noqa: E402
 SERVER = {"command": sys.executable, "args": [str(Path(__file__).parent / "mcp_server.py")]}
 
 
+@pytest.mark.subprocess
 def test_tools_and_schemas_come_from_list_tools_and_calls_share_one_session():
     async def go():
         tools = {t.name: t for t in await mcp_tools([SERVER])}
@@ -43,6 +44,7 @@ def test_tools_and_schemas_come_from_list_tools_and_calls_share_one_session():
     assert session.calls == 3 and session.restarts == 0
 
 
+@pytest.mark.subprocess
 def test_an_error_result_is_the_tools_error_output():
     async def go():
         toolset = ToolSet(await mcp_tools([SERVER]))
@@ -52,6 +54,7 @@ def test_an_error_result_is_the_tools_error_output():
     assert r.status == "error" and "no such file" in r.output
 
 
+@pytest.mark.subprocess
 def test_a_server_that_dies_is_restarted_once_then_reports_errors():
     async def go():
         session = await session_for({**SERVER, "max_restarts": 1})
@@ -76,6 +79,7 @@ def test_a_command_that_does_not_exist_is_named():
         asyncio.run(mcp_tools([{"command": "x", "port": 3}]))
 
 
+@pytest.mark.subprocess
 def test_an_episode_calls_an_mcp_tool():
     source = make_task("calc", min_digits=2, max_digits=2)
     env = make_env("tools", source, mcp=[SERVER])
@@ -115,6 +119,7 @@ def test_tools_through_the_sdks_in_process_client():
     assert failed.status == "error" and "nope" in failed.output
 
 
+@pytest.mark.sandbox
 def test_a_server_started_inside_the_sandbox_is_confined_and_leaves_nothing_behind(monkeypatch):
     from schedrl.envs.tools.mcp import MCPSession
     from schedrl.sandbox.sandbox import BASE_DIR, unavailable_reason

@@ -32,6 +32,7 @@ def test_the_last_waiting_go_first_then_the_running_that_generated_least():
     assert migrants([], running[:1], 3) == [] and migrants([], [], 2) == []
 
 
+@pytest.mark.train
 def test_a_dry_engine_takes_half_the_tail_and_the_moved_requests_continue_exactly(tokenizer):
     cfg = config_from_dict(
         {"pipeline": {"mode": "async", "backend": "local", "num_engines": 2}, "schedule": {"migrate": True}}

@@ -59,6 +59,7 @@ def _run_cfg(tmp_path, name, schedule, **pipeline):
     )
 
 
+@pytest.mark.train
 @pytest.mark.parametrize(
     "pipeline", [{}, {"mode": "async", "backend": "local"}], ids=["one_process", "pipeline"]
 )

@@ -128,6 +128,7 @@ def test_a_server_that_does_not_answer_in_time_is_not_reused():
     assert metrics["session/destroyed"] == 1 and metrics["session/recycled"] == 0
 
 
+@pytest.mark.train
 def test_a_run_trains_on_an_openenv_server(tmp_path, url):
     import schedrl
     from schedrl.training.run_dir import read_metrics

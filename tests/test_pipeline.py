@@ -59,15 +59,7 @@ def _rows(run):
     return [r for r in read_metrics(run.metrics_path) if "reward_mean" in r]
 
 
-@pytest.fixture
-def ray_env(monkeypatch):
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    yield
-    import ray
-
-    assert not ray.is_initialized(), "the pipeline left Ray running"
-
-
+@pytest.mark.train
 @pytest.mark.parametrize("engines", [1, 2])
 def test_async_with_k0_is_the_synchronous_loop(tmp_path, engines):
     runs = {}
@@ -89,7 +81,9 @@ def test_async_with_k0_is_the_synchronous_loop(tmp_path, engines):
     assert all(r["staleness_max"] == 0 for r in asyn)
 
 
-def test_ray_pipeline_runs_and_reports(tmp_path, ray_env):
+@pytest.mark.ray
+@pytest.mark.train("four steps on Ray actors, on a cluster the run starts and stops itself")
+def test_ray_pipeline_runs_and_reports(tmp_path, no_ray_cluster):
     cfg = _cfg(tmp_path, "ray", steps=4, mode="async", backend="ray", max_staleness=1, weight_sync="inflight")
     run = RunDir.create(cfg.out_dir, cfg.name)
     result = train(cfg, run)
@@ -103,8 +97,10 @@ def test_ray_pipeline_runs_and_reports(tmp_path, ray_env):
     assert "<svg" in (run.root / "timeline.html").read_text()
 
 
-def test_killed_engine_is_restarted(tmp_path, ray_env):
-    """Two engine workers and the learner on a 3-CPU cluster; one engine is killed mid-run."""
+@pytest.mark.ray
+@pytest.mark.train("four steps on two engine actors, one killed")
+def test_killed_engine_is_restarted(tmp_path, ray_cluster):
+    """Two engine workers and the learner on the shared cluster; one engine is killed mid-run."""
     from schedrl.distributed import RayBackend
     from schedrl.orchestrate.pipeline import Pipeline
 
@@ -131,7 +127,9 @@ def test_killed_engine_is_restarted(tmp_path, ray_env):
         backend.shutdown()
 
 
-def test_stuck_engine_actor_is_named_with_its_stack_and_replaced(tmp_path, ray_env, caplog):
+@pytest.mark.ray
+@pytest.mark.train("four steps on two engine actors, one hung past an 8 s timeout")
+def test_stuck_engine_actor_is_named_with_its_stack_and_replaced(tmp_path, ray_cluster, caplog):
     """One of two engine actors stops answering after the first update; past `worker_timeout_s` the
     message names it with the stack of the call it is in (read on the actor's watchdog thread), and the
     run replaces it and finishes."""
@@ -171,6 +169,7 @@ def test_stuck_engine_actor_is_named_with_its_stack_and_replaced(tmp_path, ray_e
         backend.shutdown()
 
 
+@pytest.mark.train
 def test_thread_pipeline_with_k0_is_the_local_one(tmp_path):
     """At k = 0 timing decides nothing, so threads and the serial backend train the same run."""
     threads = torch.get_num_threads()
@@ -189,6 +188,8 @@ def test_thread_pipeline_with_k0_is_the_local_one(tmp_path):
         assert a["loss"] == b["loss"] and a["gen_tokens"] == b["gen_tokens"]
 
 
+@pytest.mark.train
+@pytest.mark.smoke
 def test_thread_pipeline_overlaps_within_the_bound(tmp_path):
     cfg = _cfg(
         tmp_path,
@@ -211,6 +212,7 @@ class Crash(RuntimeError):
     pass
 
 
+@pytest.mark.train
 @pytest.mark.parametrize(
     "pipeline",
     [

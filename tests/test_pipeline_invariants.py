@@ -201,6 +201,7 @@ def source():
     return make_task("addition")
 
 
+@pytest.mark.train
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 # tail batching on a data scheduler that draws less than a step (it used to wait forever for the rest)
 @example(k=0, partial=False, inflight=False, overprovision=1.0, stale="drop", prompts=1, group=3, max_new=1,

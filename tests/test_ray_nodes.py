@@ -73,7 +73,9 @@ def _wait_nodes(address: str, labels: set[str], timeout: float = 120.0) -> None:
 
 
 @pytest.fixture
-def cluster(monkeypatch):
+def cluster(monkeypatch, no_ray_cluster):
+    """A head and a worker node of their own; the session's shared cluster is shut down first, so the run
+    reaches this one by its address."""
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     port = _free_port()
     address = f"127.0.0.1:{port}"
@@ -103,6 +105,9 @@ def cluster(monkeypatch):
         shutil.rmtree(temp, ignore_errors=True)
 
 
+@pytest.mark.ray
+@pytest.mark.subprocess
+@pytest.mark.train("two Ray nodes started, a run on them, the worker node killed and started again, a resume")
 def test_learner_ranks_on_a_killed_node_resume_from_the_last_checkpoint(tmp_path, cluster):
     import schedrl
     from schedrl.distributed import WorkerDiedError

@@ -140,6 +140,7 @@ def test_bad_reward_models_are_named(tmp_path):
         FileTask(rows=rows, reward=[{"reward_model": str(two), "batch": 4}])
 
 
+@pytest.mark.train
 def test_a_run_rewarded_by_rule_and_reward_model(tmp_path, rm_dir):
     """`task.reward_model` on a built-in task: every step's reward is the rule's plus half the model's
     score, both logged."""
@@ -172,6 +173,7 @@ def test_a_bad_reward_model_setting_names_the_field(tmp_path, rm_dir):
         schedrl.train({"out_dir": str(tmp_path), "task": task, "sft": {"steps": 1}})
 
 
+@pytest.mark.train
 def test_the_kl_reference_is_the_policy_rl_starts_from(tmp_path):
     """With `algo.kl_coef`, the reference is the model after the SFT warm-up: the first update's KL is ~0,
     and the saved reference equals checkpoint 0's policy."""

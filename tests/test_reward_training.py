@@ -118,6 +118,7 @@ def test_batches_cover_each_epoch_once():
     assert sorted(seen[:10]) == list(range(10)) and sorted(seen[10:20]) == list(range(10))
 
 
+@pytest.mark.train
 def test_a_reward_model_learns_a_hidden_rule_and_resumes_exactly(tmp_path):
     torch.set_num_threads(1)
     data = tmp_path / "prefs.jsonl"

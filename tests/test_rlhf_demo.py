@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
+
 from schedrl.envs import make_task
 from schedrl.rewards.preferences import read_pairs
 from schedrl.rewards.rlhf_demo import SORT, mistake, write_pairs
@@ -48,6 +50,7 @@ def test_the_pairs_read_back(tmp_path):
     )
 
 
+@pytest.mark.train
 def test_the_rlhf_demo_runs_fast_and_reports(tmp_path, capsys):
     from schedrl.cli import main
     from schedrl.run_report import write_run_report

@@ -97,6 +97,7 @@ def expected_tv(p, n):
     return float(0.5 * (2 * p * (1 - p) / (torch.pi * n)).sqrt().sum())
 
 
+@pytest.mark.train
 @pytest.mark.parametrize(
     "current",
     [

@@ -120,6 +120,7 @@ def _train(tmp_path, name, steps=3, **over):
     return [r for r in read_metrics(run.metrics_path) if "reward_mean" in r]
 
 
+@pytest.mark.train
 def test_training_with_speculative_reuse_verifies_drafts_of_repeated_tasks(tmp_path):
     # 1-digit addition has few distinct tasks, so later steps see tasks rolled out before
     rows = _train(tmp_path, "spec", steps=4, schedule={"rollout": "speculative"})
@@ -128,6 +129,7 @@ def test_training_with_speculative_reuse_verifies_drafts_of_repeated_tasks(tmp_p
     assert all(0 <= r["spec_acceptance"] <= 1 and torch.isfinite(torch.tensor(r["loss"])) for r in rows)
 
 
+@pytest.mark.train
 @pytest.mark.parametrize("mode", ["drop", "keep"])
 def test_training_with_pruning_keeps_the_configured_group_size(tmp_path, mode):
     rows = _train(

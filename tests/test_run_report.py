@@ -67,6 +67,7 @@ def runs(tmp_path_factory):
     return a.run_dir, b.run_dir
 
 
+@pytest.mark.train
 def test_the_report_holds_every_section_with_data(runs, capsys):
     async_run, sync_run = runs
     assert main(["report", str(async_run)]) == 0
@@ -87,6 +88,7 @@ def test_the_report_holds_every_section_with_data(runs, capsys):
     assert sync_sections["rewards"]["points"] > 0 and sync_sections["staleness"]["points"] > 0  # its ratios
 
 
+@pytest.mark.train
 def test_compare_overlays_runs(runs, tmp_path):
     out = tmp_path / "cmp.html"
     assert main(["compare", str(runs[0]), str(runs[1]), "--out", str(out)]) == 0
@@ -118,6 +120,8 @@ def _browse(page: Path, shot: Path) -> tuple[str, list[str]]:
     return dom.stdout, errors
 
 
+@pytest.mark.train
+@pytest.mark.subprocess
 def test_the_report_renders_in_a_real_browser_without_console_errors(runs, tmp_path):
     if _chromium() is None:
         if os.environ.get("SCHEDRL_REQUIRE_BROWSER"):  # .ci/run installs Chromium: there it must run
@@ -183,6 +187,7 @@ PANELS = {
 }
 
 
+@pytest.mark.train
 def test_panels_where_nothing_was_decided_are_left_out_and_named(scheduler_runs, monkeypatch):
     tools_dir, _ = scheduler_runs
     section, axes = _schedulers(Run.load(tools_dir), monkeypatch)
@@ -199,6 +204,7 @@ def test_panels_where_nothing_was_decided_are_left_out_and_named(scheduler_runs,
     assert found and all(name in found.group(1) for name in PANELS)
 
 
+@pytest.mark.train
 def test_panels_where_the_schedulers_decided_are_drawn(scheduler_runs, monkeypatch):
     _, tiered_dir = scheduler_runs
     run = Run.load(tiered_dir)
@@ -217,6 +223,7 @@ def test_panels_where_the_schedulers_decided_are_drawn(scheduler_runs, monkeypat
     assert any(0.0 in list(line.get_ydata()) for line in shares.get_lines())
 
 
+@pytest.mark.train
 def test_every_panel_left_out_says_why(scheduler_runs):
     tools_dir, _ = scheduler_runs
     run = Run.load(tools_dir)
@@ -228,6 +235,7 @@ def test_every_panel_left_out_says_why(scheduler_runs):
     assert section.note.startswith("nothing to plot") and all(name in section.note for name in PANELS)
 
 
+@pytest.mark.train
 def test_running_totals_get_their_own_axis(scheduler_runs, monkeypatch):
     tools_dir, _ = scheduler_runs
     run = Run.load(tools_dir)

@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from sandbox_support import (
     assert_nothing_left,
     confined_box,
@@ -25,7 +26,7 @@ from sandbox_support import (
 from schedrl.sandbox import Limits, Sandbox, seccomp
 from schedrl.sandbox.sandbox import BASE_DIR, live_processes
 
-pytestmark = needs_sandbox
+pytestmark = [pytest.mark.sandbox, needs_sandbox]
 
 
 box = confined_box(slot=51)

@@ -14,7 +14,7 @@ from schedrl.sandbox.sandbox import BASE_DIR
 from schedrl.sandbox.tools import python
 from schedrl.sandbox.unit_tests import SandboxError, run_tests
 
-pytestmark = needs_sandbox
+pytestmark = [pytest.mark.sandbox, needs_sandbox]
 
 
 def test_unit_test_scores_all_or_nothing_and_partial():

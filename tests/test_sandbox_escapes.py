@@ -23,7 +23,7 @@ from sandbox_support import confined_box, needs_sandbox, run_unheard
 from schedrl.sandbox import Limits, Sandbox, SandboxPool
 from schedrl.sandbox.sandbox import BASE_DIR
 
-pytestmark = needs_sandbox
+pytestmark = [pytest.mark.sandbox, needs_sandbox]
 
 
 box = confined_box(slot=41)

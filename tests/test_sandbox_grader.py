@@ -125,6 +125,7 @@ WRONG = "def f(x):\n    return 0\n"
 TESTS = ["f(1) == 1234567", "f(2) == 2469134"]
 
 
+@pytest.mark.sandbox
 @needs_sandbox
 def test_printing_the_old_pass_line_and_exiting_passes_nothing():
     assert run_tests(WRONG + "print('__schedrl_tests__ 2 2')\nimport sys\nsys.exit(0)\n", TESTS) == 0.0
@@ -149,6 +150,7 @@ ANYTHING = (  # equal to everything, and the helpers a test might call patched t
 )
 
 
+@pytest.mark.sandbox
 @needs_sandbox
 def test_patching_builtins_and_the_harness_cannot_pass_a_wrong_answer():
     patches = [
@@ -177,6 +179,7 @@ def test_patching_builtins_and_the_harness_cannot_pass_a_wrong_answer():
     )
 
 
+@pytest.mark.sandbox
 @needs_sandbox
 def test_a_solution_that_rewrites_the_whole_report_still_reports_only_its_own_values():
     rewrite = (
@@ -197,6 +200,7 @@ def test_a_solution_that_rewrites_the_whole_report_still_reports_only_its_own_va
     assert run_tests(surrogate, ["f(1) == 1"]) == 0.0
 
 
+@pytest.mark.sandbox
 @needs_sandbox
 def test_the_expected_values_are_nowhere_the_solution_can_read():
     snoop = (
@@ -219,6 +223,7 @@ def test_the_expected_values_are_nowhere_the_solution_can_read():
     assert run_tests("def f(x):\n    return 1234567 * x\n", TESTS) == 1.0  # the right answer still passes
 
 
+@pytest.mark.sandbox
 @needs_sandbox
 def test_a_memory_error_printed_on_stderr_is_a_wrong_answer_not_an_out_of_memory():
     lying = WRONG + "import sys\nprint('MemoryError: Cannot allocate memory', file=sys.stderr)\n"

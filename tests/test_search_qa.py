@@ -101,6 +101,7 @@ def test_balanced_draws_give_every_kind_of_question_its_turn():
     assert sum(pet in [t for t, _ in plain.next_batch(16)] for _ in range(20)) < 20
 
 
+@pytest.mark.train
 def test_a_self_play_run_feeds_its_solver_from_its_own_proposals(tmp_path):
     """The real loop: proposals scored by the tools environment reach the scheduler's bank, and the next
     batches' solve tasks come from it."""

@@ -148,6 +148,7 @@ def notebooks(server: dict, concurrent: bool) -> tuple[str, str, dict[str, float
     return asyncio.run(play())
 
 
+@pytest.mark.subprocess
 def test_each_episode_has_a_notebook_of_its_own():
     seen, mine, metrics = notebooks({**NOTES, "session": "episode"}, concurrent=True)
     assert (seen, mine) == ("(none)", "secret")
@@ -172,6 +173,7 @@ def test_bad_session_settings_are_named():
         MCPServer.of({**NOTES, "session": "episode", "pool": "big"})
 
 
+@pytest.mark.sandbox
 def test_per_episode_servers_in_sandboxes_of_their_own():
     from schedrl.sandbox.sandbox import unavailable_reason
 
@@ -181,6 +183,7 @@ def test_per_episode_servers_in_sandboxes_of_their_own():
     assert (seen, mine) == ("(none)", "secret") and metrics["session/cold_starts"] == 2
 
 
+@pytest.mark.train
 def test_a_run_logs_its_session_pool(tmp_path):
     """The synchronous loop's episodes take per-episode sessions from the pool; its counts are logged."""
     pytest.importorskip("mcp", reason="the MCP SDK is the optional extra schedrl[mcp]")

@@ -374,6 +374,7 @@ def test_a_scenario_file_with_variants_runs_each_against_its_measured_row(tmp_pa
     assert "gpuz" in capsys.readouterr().out
 
 
+@pytest.mark.train("the verl scenario simulated at the size of its claim")
 def test_the_verl_scenario_reproduces_the_direction_of_the_claim():
     """examples/sim/verl_fully_async.yaml: fully async is faster than colocated sync at every size."""
     from pathlib import Path
@@ -516,6 +517,7 @@ def test_calibration_names_the_run_and_what_it_lacks(tmp_path):
         calibrate(short)
 
 
+@pytest.mark.train
 def test_the_contention_microbenchmark_runs_a_run_s_engine_and_learner_side_by_side(tmp_path):
     import yaml
 
@@ -589,6 +591,7 @@ def test_claims_compare_simulated_and_published_ratios(tmp_path, capsys):
         assert re.search(message, capsys.readouterr().out.replace("\n", " ")), message
 
 
+@pytest.mark.train
 def test_the_search_beats_the_published_policies_within_the_bound(tmp_path, capsys):
     import json
 
@@ -624,6 +627,7 @@ def test_the_search_beats_the_published_policies_within_the_bound(tmp_path, caps
     assert "has the variants sync, async" in capsys.readouterr().out
 
 
+@pytest.mark.train
 @pytest.mark.parametrize(
     "name",
     [

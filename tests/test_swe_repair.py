@@ -20,6 +20,7 @@ def sandbox():
         pytest.skip(reason)
 
 
+@pytest.mark.sandbox
 def test_the_reference_patch_passes_and_the_bug_fails(sandbox):
     source = SWERepairTask()
     for task in source.sample("train", 8, seed=0):
@@ -45,6 +46,8 @@ def test_the_similarity_reward_in_closed_form():
         make_task("swe_repair", reward="bleu")
 
 
+@pytest.mark.sandbox
+@pytest.mark.train
 def test_a_run_trains_on_swe_repair(tmp_path, sandbox):
     import schedrl
     from schedrl.training.run_dir import read_metrics

@@ -41,6 +41,7 @@ TOOLS = {
 }
 
 
+@pytest.mark.train
 def test_async_k0_trains_the_synchronous_run_with_tools(tmp_path):
     rows = {}
     for mode, pipeline in [("sync", {}), ("async", {"mode": "async", "backend": "local"})]:
@@ -58,6 +59,7 @@ def test_async_k0_trains_the_synchronous_run_with_tools(tmp_path):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-7)
 
 
+@pytest.mark.train
 @pytest.mark.parametrize("algo", list(ALGOS))
 def test_async_k0_trains_the_synchronous_run(tmp_path, algo):
     rows = {}

@@ -113,6 +113,7 @@ def test_eta_below_one_is_refused():
         )
 
 
+@pytest.mark.train
 def test_the_pipeline_runs_short_rounds_then_the_deferred_long_round_and_resumes_it(tmp_path):
     """6 prompts x 4 a step at eta 1.5: a short round samples 9 prompts x 6, keeps the first 6 prompts
     with 4 finished, defers 3 (12 samples); after two short rounds the third is the long round of those

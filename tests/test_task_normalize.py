@@ -40,6 +40,7 @@ def test_a_tasks_reward_scale_no_longer_dominates():
     assert out[4].item() == pytest.approx(out[0].item(), rel=1e-3)  # the same weight in the update
 
 
+@pytest.mark.train
 def test_a_run_on_a_multi_task_mix_normalises_by_task(tmp_path):
     import schedrl
     from schedrl.config import ConfigError

@@ -9,7 +9,7 @@ import pytest
 from schedrl.envs import make_task
 from schedrl.envs.text_to_sql import TextToSQLTask, execute
 
-pytestmark = pytest.mark.usefixtures("sandbox")
+pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("sandbox")]
 
 
 @pytest.fixture
@@ -80,6 +80,7 @@ def test_bad_settings_are_named():
         make_task("text_to_sql", kinds=9)
 
 
+@pytest.mark.train
 def test_a_run_trains_on_text_to_sql(tmp_path):
     import schedrl
     from schedrl.training.run_dir import read_metrics

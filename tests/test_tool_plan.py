@@ -68,6 +68,7 @@ def test_a_batch_runs_at_once_and_logs_its_plans():
         assert src.reward(t, src.solution(t)) == pytest.approx(1.0 if "," in src.solution(t) else sequential)
 
 
+@pytest.mark.train
 def test_warm_up_demos_and_bad_arguments():
     src = ToolPlanTask(sequential_demos=0.8)
     tasks = src.sample("train", 200, seed=1)

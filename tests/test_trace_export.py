@@ -71,6 +71,7 @@ def run_tools(tmp_path, name: str, **extra):
     return tmp_path / name
 
 
+@pytest.mark.train
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_multi_turn_run_traces_each_episode_in_order(tmp_path, mode):
     from schedrl.run_report import write_run_report
@@ -105,6 +106,7 @@ def test_a_multi_turn_run_traces_each_episode_in_order(tmp_path, mode):
     assert sum(p["dur"] for p in phases if p["cat"] == "decode") > 0
 
 
+@pytest.mark.train
 def test_episode_traces_can_be_turned_off(tmp_path):
     run = run_tools(tmp_path, "off", logging={"backends": ["jsonl"], "episode_trace": False})
     assert not (run / EPISODES_FILE).exists()

@@ -26,6 +26,7 @@ REVERSE = {
 }
 
 
+@pytest.mark.train
 def test_short_run_reward_rises(tmp_path):
     cfg = config_from_dict({**REVERSE, "steps": 60, "save_every": 0})
     result = train(cfg, RunDir.create(tmp_path, "rise"))
@@ -48,6 +49,8 @@ def _deterministic(rows):
     return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
 
 
+@pytest.mark.subprocess
+@pytest.mark.train
 def test_resume_after_sigkill_gives_identical_metrics(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     cfg = {**REVERSE, "steps": 14, "save_every": 3, "sft": {"steps": 10}, "out_dir": str(tmp_path)}
@@ -106,6 +109,8 @@ def test_reward_function_that_raises(tmp_path, monkeypatch):
         train(config_from_dict({**base, "max_reward_error_rate": 0.01}), RunDir.create(tmp_path, "strict"))
 
 
+@pytest.mark.train
+@pytest.mark.smoke
 def test_demo_fast(tmp_path, capsys):
     assert main(["demo", "--fast", "--out-dir", str(tmp_path)]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]

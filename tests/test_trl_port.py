@@ -23,6 +23,7 @@ def _load(path: Path, name: str):
     return module
 
 
+@pytest.mark.train
 def test_the_script_differs_from_trl_in_its_import_only_and_runs_on_trl(tmp_path):
     pytest.importorskip("trl")
     source = EXAMPLE.read_text()
@@ -35,6 +36,7 @@ def test_the_script_differs_from_trl_in_its_import_only_and_runs_on_trl(tmp_path
     assert (Path(out["output_dir"]) / "model.safetensors").exists()  # TRL's save_model
 
 
+@pytest.mark.train
 def test_on_schedrl_it_raises_reward_and_held_out_accuracy(tmp_path):
     out = _load(EXAMPLE, "trl_port").main(steps=150, out_dir=str(tmp_path))
     result = out["result"]

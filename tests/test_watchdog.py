@@ -38,6 +38,7 @@ RUN = {
 }
 
 
+@pytest.mark.train
 def test_a_hung_engine_is_named_with_its_stack_and_the_run_resumes(tmp_path, monkeypatch):
     release = threading.Event()
     real_run, calls = EngineWorker.run, [0]
@@ -66,6 +67,7 @@ def test_a_hung_engine_is_named_with_its_stack_and_the_run_resumes(tmp_path, mon
     assert [m["step"] for m in resumed.metrics if "reward_mean" in m] == list(range(1, 7))
 
 
+@pytest.mark.train
 def test_a_worker_that_builds_longer_than_the_timeout_is_not_stuck(tmp_path, monkeypatch, caplog):
     """Loading a model is not a call: an engine that takes 3 s to build, against a 2 s
     `worker_timeout_s`, is reported as still building and the run goes on (it used to stop as stuck)."""
@@ -93,6 +95,7 @@ def test_a_worker_that_fails_to_build_names_its_error(tmp_path, monkeypatch):
         schedrl.train(DEMO, out_dir=str(tmp_path), name="broken", **{**RUN, "steps": 2, "save_every": 0})
 
 
+@pytest.mark.train
 def test_a_hung_learner_in_the_synchronous_loop_is_named_and_the_run_resumes(tmp_path, monkeypatch):
     """The synchronous loop runs engine and learner in its own thread: only the watchdog's thread can see
     a hang there. It names the phase with the loop's stack and interrupts it; the run resumes."""
@@ -121,6 +124,7 @@ def test_a_hung_learner_in_the_synchronous_loop_is_named_and_the_run_resumes(tmp
     assert [m["step"] for m in resumed.metrics if "reward_mean" in m] == list(range(1, 7))
 
 
+@pytest.mark.train
 def test_the_watchdog_stays_quiet_for_phases_within_their_time():
     from schedrl.orchestrate.watchdog import Watchdog
 

@@ -119,6 +119,7 @@ def test_checksums_change_with_any_weight(default_model):
     assert [b for b in before if before[b] != after[b]] == ["layers.0"]
 
 
+@pytest.mark.train
 def test_a_wrong_push_stops_the_run_in_the_step_it_happens(tmp_path, monkeypatch):
     real = LearnerWorker.update
 

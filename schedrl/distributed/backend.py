@@ -17,6 +17,7 @@ the same way and passes weights as plain objects.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -487,9 +488,16 @@ class RayBackend:
             return f"(its stack could not be read: {type(err).__name__}: {str(err).splitlines()[0]})"
 
     def shutdown(self, wait: bool = True) -> None:
+        """Stop the cluster if this backend started it; on a cluster it found running (by address, or one
+        already initialised in this process) stop only this run's actors and leave the cluster up."""
         if self._started:
             self.ray.shutdown()
             self._started = False
+        else:
+            for _, handle in self.actors.values():
+                with contextlib.suppress(Exception):  # an actor already dead (killed, or its node gone)
+                    self.ray.kill(handle)
+        self.actors = {}
 
 
 def remote(
