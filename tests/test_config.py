@@ -34,6 +34,10 @@ def test_defaults_and_overrides():
         ({"steps": True}, "config field 'steps' must be int, got True"),
         ({"optim": {"lr": "fast"}}, "config field 'optim.lr' must be float, got 'fast'"),
         ({"sampling": {"top_p": 1.5}}, "config field 'sampling.top_p' must be in (0, 1], got 1.5"),
+        (
+            {"task": {"max_env_error_rate": 1.5}},
+            "config field 'task.max_env_error_rate' must be in [0, 1], got 1.5",
+        ),
         ({"sampling": 3}, "config field 'sampling' must be a mapping, got 3"),
     ],
 )

@@ -397,3 +397,16 @@ def test_a_crashed_holders_leftovers_are_cleaned_when_its_slot_is_claimed_again(
     uid = box.uid
     box.close()
     assert_nothing_left(uid, before)
+
+
+def test_the_filter_is_written_once_whole_and_readable_by_root_only(tmp_path, monkeypatch):
+    """The compiled filter lands under its program's hash by a rename (never half-written), mode 0600;
+    a later call, or a later process, finds it there and writes nothing."""
+    monkeypatch.setattr(seccomp, "_PATH", None)  # as in a new process
+    path = seccomp.filter_file(tmp_path)
+    assert path.parent == tmp_path and path.read_bytes() == seccomp.compile_filter()
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left behind
+    written = path.stat().st_mtime_ns
+    monkeypatch.setattr(seccomp, "_PATH", None)
+    assert seccomp.filter_file(tmp_path) == path and path.stat().st_mtime_ns == written
