@@ -42,9 +42,15 @@ def parts(clone: Path) -> dict[str, dict]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--fast", action="store_true", help="also time scripts/test.sh --fast after the full run")
-    parser.add_argument("--keep", default=None, help="clone into this folder (kept) instead of a temporary one")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--fast", action="store_true", help="also time scripts/test.sh --fast after the full run"
+    )
+    parser.add_argument(
+        "--keep", default=None, help="clone into this folder (kept) instead of a temporary one"
+    )
     args = parser.parse_args()
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     with tempfile.TemporaryDirectory(prefix="suite-cost-") as tmp:

