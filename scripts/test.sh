@@ -48,7 +48,7 @@ main_env() {
 }
 
 if [ "${1:-}" = "--fast" ]; then
-  [ -x .venv/bin/pytest ] || main_env
+  .venv/bin/python -c "import xdist, pytest_timeout" 2>/dev/null || main_env  # missing, or older than its plugins
   exec .venv/bin/pytest -n 2 --dist loadgroup -m "$FAST" "${@:2}"
 fi
 
