@@ -29,11 +29,11 @@ pip_setting() {  # pip_setting NAME: pip's configured value of global.NAME, or n
 export UV_FIND_LINKS=${UV_FIND_LINKS:-${PIP_FIND_LINKS:-$(pip_setting find-links)}}
 export UV_EXTRA_INDEX_URL=${UV_EXTRA_INDEX_URL:-${PIP_EXTRA_INDEX_URL:-$(pip_setting extra-index-url)}}
 export UV_INDEX_STRATEGY=unsafe-best-match  # as pip does: the best version across every index
+[ -n "$UV_FIND_LINKS" ] || unset UV_FIND_LINKS
+[ -n "$UV_EXTRA_INDEX_URL" ] || unset UV_EXTRA_INDEX_URL
 # uv installs no bytecode (pip compiles everything it installs): the first import of a module writes it
 # for every later process, which the suites start by the hundred, to read
 unset PYTHONDONTWRITEBYTECODE
-[ -n "$UV_FIND_LINKS" ] || unset UV_FIND_LINKS
-[ -n "$UV_EXTRA_INDEX_URL" ] || unset UV_EXTRA_INDEX_URL
 
 env_for() {  # env_for DIR SPEC...: make the environment DIR (if missing) and install torch and SPEC into it
   local dir=$1

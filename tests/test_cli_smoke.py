@@ -151,7 +151,7 @@ def _recipe_marks(stem: str) -> list:
 @pytest.mark.parametrize(
     "recipe", [pytest.param(p, marks=_recipe_marks(p.stem), id=p.stem) for p in EXAMPLES]
 )
-def test_every_recipe_runs_as_shipped(tmp_path, capsys, recipe):
+def test_every_recipe_runs_as_shipped(request, tmp_path, capsys, recipe):
     if recipe.stem in SANDBOXED and os.geteuid() != 0:
         pytest.skip("its rewards run in the sandbox, which needs root")
     data = yaml.safe_load(recipe.read_text())
@@ -181,9 +181,7 @@ def test_every_recipe_runs_as_shipped(tmp_path, capsys, recipe):
         url, server = serve_in_thread()
         short += [f"task.args.url={url}", "sft.steps=0"]
     if recipe.stem in ON_RAY:  # the command starts a cluster of its own: none may be up in this process
-        ray = pytest.importorskip("ray")
-        if ray.is_initialized():
-            ray.shutdown()
+        request.getfixturevalue("no_ray_cluster")
     args = [str(recipe), *TINY, *_overrides(short)]
     try:
         summary = _finish(_train(ROOT, *args)) if recipe.stem in OWN_PROCESS else _main(capsys, *args)
